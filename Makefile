@@ -1,0 +1,37 @@
+# The README's two commands: `make demo` (set up + run the main job) and
+# `make test` (set up + every gate and test). Both start from a bare machine.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+DATA ?= .data
+
+.PHONY: setup test lint demo bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+	@rm -f $(VENV)/.installed-* && touch $@
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy gyre_core
+
+test: lint
+	$(BIN)/python -m pytest
+
+demo: setup
+	@mkdir -p $(DATA)/demo
+	$(BIN)/gyre traj synth --preset agentic --out $(DATA)/demo/agentic.jsonl
+	$(BIN)/gyre traj stats $(DATA)/demo/agentic.jsonl
+	$(BIN)/gyre traj pack $(DATA)/demo/agentic.jsonl --max-tokens 32768 --out $(DATA)/demo/samples.jsonl
+
+bench: setup
+	$(BIN)/python benchmarks/trajectory_bench.py
+
+clean:
+	rm -rf $(VENV) $(DATA) .pytest_cache .mypy_cache .ruff_cache

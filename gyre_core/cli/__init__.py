@@ -1,0 +1,1 @@
+"""The ``gyre`` command."""

@@ -1,0 +1,127 @@
+"""Rewards, group-relative advantages and per-token loss weights on a prefix tree.
+
+A rollout's reward defaults to its progress, so a rollout cut off by its time or token
+budget (status ``timeout``) or one that failed keeps the credit for what it reached.
+The advantage is the reward minus the group mean, optionally divided by the group std.
+
+A rollout's *branches* are its maximal sequences: the end of one of its calls that no
+later call of the same rollout extends. Per-branch linear training trains each branch
+as its own sequence with the loss ``-sum(advantage * log pi)`` over the tokens that the
+branch's rollout generated. Every branch ends at a node end, and a branch that ends at a
+leaf is a root-to-leaf path.
+
+Loss weight of a generated position ``p``, over the rollouts ``R(p)`` that generated it:
+
+* ``once``: ``mean(A[r] for r in R(p))`` — the token is trained once;
+* ``per_path``: ``sum(A[r] * branches_r(p) for r in R(p))`` where ``branches_r(p)``
+  counts the branches of ``r`` through ``p``. The packed loss then equals per-branch
+  linear training exactly, gradient included.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Literal
+
+import numpy as np
+
+from gyre_core.trajectory.tree import Node, PrefixTree
+
+AdvantageMode = Literal["once", "per_path"]
+ADVANTAGE_MODES: tuple[AdvantageMode, ...] = ("once", "per_path")
+STD_EPS = 1e-6  # keeps a group whose rewards are all equal at advantage 0, not nan
+
+
+def binary_reward(progress: float) -> float:
+    """The all-or-nothing reward used as an ablation: 1 only for a finished task."""
+    return 1.0 if progress >= 1.0 else 0.0
+
+
+def group_advantages(rewards: list[float], *, normalise_std: bool = False) -> list[float]:
+    if not rewards:
+        return []
+    r = np.asarray(rewards, dtype=np.float64)
+    adv = r - r.mean()
+    if normalise_std:
+        adv = adv / (r.std() + STD_EPS)
+    return [float(a) for a in adv]
+
+
+def branch_ends(tree: PrefixTree) -> dict[int, set[Node]]:
+    """Per rollout, the nodes at whose end one of its branches ends."""
+    ends_by_rollout: dict[int, set[Node]] = defaultdict(set)
+    for c in tree.calls:
+        ends_by_rollout[c.rollout].add(c.node)
+    out: dict[int, set[Node]] = {}
+    for r, ends in ends_by_rollout.items():
+        covered: set[Node] = set()  # nodes strictly above some end of r
+        for e in ends:
+            n = e.parent
+            while n is not None and n not in covered:
+                covered.add(n)
+                n = n.parent
+        out[r] = {e for e in ends if e not in covered}
+    return out
+
+
+def assign_weights(
+    tree: PrefixTree,
+    *,
+    mode: AdvantageMode = "once",
+    normalise_std: bool = False,
+    advantages: list[float] | None = None,
+) -> list[float]:
+    """Set ``node.weight`` for every position of the tree; returns the rollouts'
+    advantages (computed from their rewards unless given)."""
+    if mode not in ADVANTAGE_MODES:
+        raise ValueError(f"advantage mode must be one of {ADVANTAGE_MODES}, got {mode!r}")
+    if advantages is None:
+        advantages = group_advantages(
+            [r.reward for r in tree.rollouts], normalise_std=normalise_std
+        )
+    adv = np.asarray(advantages, dtype=np.float64)
+
+    # Who generated what: a call generates every position of its path at depth >= its
+    # prompt length. Walk up from each call's end over its completion only (linear).
+    starts: dict[Node, list[tuple[int, int]]] = defaultdict(list)
+    for c in tree.calls:
+        n: Node | None = c.node
+        while n is not None and n is not tree.root and n.end > c.prompt_len:
+            starts[n].append((max(0, c.prompt_len - n.start), c.rollout))
+            n = n.parent
+
+    through: dict[Node, dict[int, int]] = {}
+    if mode == "per_path":
+        through = _branches_through(tree)
+
+    for node in tree.nodes():
+        node.weight[:] = 0.0
+        events = sorted(starts.get(node, ()))
+        seen: set[int] = set()
+        for j, (off, r) in enumerate(events):
+            seen.add(r)
+            nxt = events[j + 1][0] if j + 1 < len(events) else len(node)
+            if nxt == off:
+                continue  # more rollouts start at this same offset
+            rs = sorted(seen)
+            if mode == "once":
+                w = float(adv[rs].mean())
+            else:
+                counts = through[node]
+                w = float(sum(adv[r] * counts[r] for r in rs))
+            node.weight[off:nxt] = w
+        node.weight[~node.generated] = 0.0
+    return [float(a) for a in adv]
+
+
+def _branches_through(tree: PrefixTree) -> dict[Node, dict[int, int]]:
+    """For every node, per rollout, how many of that rollout's branches pass through it."""
+    counts: dict[Node, dict[int, int]] = {}
+    for r, ends in branch_ends(tree).items():
+        for e in ends:
+            n: Node | None = e
+            while n is not None and n is not tree.root:
+                d = counts.setdefault(n, {})
+                d[r] = d.get(r, 0) + 1
+                n = n.parent
+    return counts

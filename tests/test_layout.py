@@ -1,0 +1,41 @@
+"""Repository invariants that DESIGN.md asks us to keep."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_platform_folder_never_shadows_the_stdlib_module():
+    assert not (ROOT / "platform" / "__init__.py").exists()
+    # Run from the repository root, where the folder `platform/` is first on sys.path.
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import platform, sysconfig; print(platform.__file__); print(platform.system())",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert Path(out[0]).parent == Path(__import__("sysconfig").get_paths()["stdlib"])
+    assert out[1] == __import__("platform").system()
+
+
+def test_gyre_core_never_imports_django_celery_or_channels():
+    banned = {"django", "celery", "channels", "rest_framework"}
+    for path in (ROOT / "gyre_core").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                assert name.split(".")[0] not in banned, f"{path}: imports {name}"
