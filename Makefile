@@ -29,6 +29,7 @@ demo: setup
 	$(BIN)/gyre traj synth --preset agentic --out $(DATA)/demo/agentic.jsonl
 	$(BIN)/gyre traj stats $(DATA)/demo/agentic.jsonl
 	$(BIN)/gyre traj pack $(DATA)/demo/agentic.jsonl --max-tokens 32768 --out $(DATA)/demo/samples.jsonl
+	$(BIN)/python benchmarks/trajectory_bench.py --quick
 
 bench: setup
 	$(BIN)/python benchmarks/trajectory_bench.py

@@ -234,6 +234,10 @@ class PrefixTree:
     def rollouts_through(self, node: Node) -> list[int]:
         return sorted({self.calls[c].rollout for c in self.calls_through(node)})
 
+    def branch_kind(self, node: Node) -> str:
+        """The kind of the call that opened the branch this node's tokens lie on."""
+        return self.calls[node.opener].kind
+
     def path(self, node: Node) -> list[Node]:
         """The nodes from a root down to ``node``, inclusive."""
         out = []

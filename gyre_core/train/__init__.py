@@ -1,0 +1,1 @@
+"""Training: tiny Qwen3 models built from configs, and the tree-attention policy-gradient loss."""

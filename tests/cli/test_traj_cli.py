@@ -1,0 +1,95 @@
+"""`gyre traj` as a user runs it: a real subprocess, real files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gyre_core.trajectory.format import read_rollouts
+from gyre_core.trajectory.sample import PackedSample
+from gyre_core.trajectory.stats import tree_stats
+from gyre_core.trajectory.tree import build_trees
+
+STATS_KEYS = {
+    "rollouts", "groups", "calls", "tokens_per_call", "tokens_per_branch", "tokens_unique",
+    "trainable_tokens_unique", "dedup_vs_call", "dedup_vs_branch", "calls_by_kind",
+    "rollouts_by_status",
+}  # fmt: skip
+PACK_KEYS = {"samples", "max_tokens", "tokens_packed", "packing_overhead", "largest_sample"}
+
+
+def gyre(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gyre_core.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("cli") / "agentic.jsonl"
+    out = gyre(
+        "traj", "synth", "--preset", "agentic", "--groups", "2", "--out", str(path), "--json"
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1])["rollouts"] == 2 * 8
+    return path
+
+
+def test_stats_json_matches_the_library(log: Path) -> None:
+    out = gyre("traj", "stats", str(log), "--json")
+    assert out.returncode == 0, out.stderr
+    stats = json.loads(out.stdout)
+    assert set(stats) >= STATS_KEYS
+    assert stats == tree_stats(build_trees(read_rollouts(log)).values())
+    assert stats["dedup_vs_branch"] == round(stats["tokens_per_branch"] / stats["tokens_unique"], 4)
+    assert stats["tokens_per_call"] > stats["tokens_per_branch"] > stats["tokens_unique"]
+
+
+def test_pack_writes_bounded_samples_covering_every_generated_token(
+    log: Path, tmp_path: Path
+) -> None:
+    out_path = tmp_path / "samples.jsonl"
+    out = gyre("traj", "pack", str(log), "--max-tokens", "20000", "--out", str(out_path),
+               "--advantage-mode", "per_path", "--json")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert set(summary) >= PACK_KEYS
+    samples = [PackedSample.from_json(json.loads(line)) for line in out_path.open()]
+    assert len(samples) == summary["samples"]
+    assert max(len(s) for s in samples) == summary["largest_sample"] <= 20000
+    assert sum(len(s) for s in samples) == summary["tokens_packed"]
+    stats = json.loads(gyre("traj", "stats", str(log), "--json").stdout)
+    assert sum(int(s.trainable.sum()) for s in samples) == stats["trainable_tokens_unique"]
+    expect = round(summary["tokens_packed"] / stats["tokens_unique"] - 1, 4)
+    assert summary["packing_overhead"] == expect
+    for s in samples:
+        assert (s.parent < np.arange(len(s))).all()
+        assert np.isnan(s.logprob[~s.trainable]).all() and (s.advantage[~s.trainable] == 0).all()
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"format": "gyre.trajectory/v1", "rollout_id": "r", "task_id": "t",'
+                   ' "status": "completed", "progress": 2, "calls": []}\n')  # fmt: skip
+    out = gyre("traj", "stats", str(bad))
+    assert out.returncode == 2
+    assert out.stderr.strip() == f"gyre: {bad}:1: progress: must be in [0, 1], got 2.0"
+    assert "Traceback" not in out.stderr
+    missing = gyre("traj", "stats", str(tmp_path / "nope.jsonl"))
+    assert missing.returncode == 2 and "nope.jsonl: No such file or directory" in missing.stderr
+
+
+def test_a_path_longer_than_the_bound_is_a_clear_error(log: Path, tmp_path: Path) -> None:
+    out = gyre("traj", "pack", str(log), "--max-tokens", "100", "--out", str(tmp_path / "x.jsonl"))
+    assert out.returncode == 2
+    assert "exceeds --max-tokens 100" in out.stderr and out.stderr.count("\n") == 1
+    usage = gyre("traj", "pack", str(log), "--max-tokens", "0", "--out", str(tmp_path / "x.jsonl"))
+    assert usage.returncode == 2 and "expected a positive integer" in usage.stderr
