@@ -1,0 +1,187 @@
+"""The events of a run, defined once for the simulator, the runtime, the database and the
+websocket (DESIGN.md, "Events"). Every event has ``kind``, ``t`` (seconds on the run's
+clock — simulated time for a simulated run) and ``wall`` (UTC timestamp); the rest is the
+kind's data. Add a kind to DESIGN.md before emitting it.
+
+gyre_core reports what happens through an :class:`EventSink` it is handed; the worker's
+sink writes to Postgres and broadcasts, tests collect into a :class:`ListSink`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime
+from typing import IO, Any, ClassVar, Protocol
+
+ROLES = ("rollout", "train", "switching", "idle")
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    kind: ClassVar[str] = ""
+    t: float
+    wall: str = field(default_factory=_now)
+
+    def data(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("t", "wall")}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "t": self.t, "wall": self.wall, "data": self.data()}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunStatus(Event):
+    kind: ClassVar[str] = "run_status"
+    status: str
+    step: int
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoleChange(Event):
+    kind: ClassVar[str] = "role_change"
+    unit: int
+    gpus: list[int]
+    from_role: str
+    to_role: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RolloutStarted(Event):
+    kind: ClassVar[str] = "rollout_started"
+    rollout_id: str
+    task_id: str
+    group_id: str
+    step: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RolloutProgress(Event):
+    kind: ClassVar[str] = "rollout_progress"
+    rollout_id: str
+    turns: int
+    tokens: int
+    progress: float
+    branches: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RolloutFinished(Event):
+    kind: ClassVar[str] = "rollout_finished"
+    rollout_id: str
+    status: str
+    progress: float
+    reward: float
+    turns: int
+    tokens: int
+    versions: tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallMigrated(Event):
+    kind: ClassVar[str] = "call_migrated"
+    rollout_id: str
+    from_unit: int
+    to_unit: int
+    tokens_kept: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepFinished(Event):
+    kind: ClassVar[str] = "step_finished"
+    step: int
+    version: int
+    metrics: dict[str, float]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Benchmark(Event):
+    kind: ClassVar[str] = "benchmark"
+    step: int
+    suite: str
+    score: float
+    tasks: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TreeReady(Event):
+    kind: ClassVar[str] = "tree_ready"
+    group_id: str
+    rollouts: int
+    tokens_unique: int
+    tokens_per_call: int
+    nodes: int
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls
+    for cls in (RunStatus, RoleChange, RolloutStarted, RolloutProgress, RolloutFinished,
+                CallMigrated, StepFinished, Benchmark, TreeReady)
+}  # fmt: skip
+
+
+def event_from_json(obj: dict[str, Any]) -> Event:
+    cls = EVENT_TYPES.get(obj.get("kind", ""))
+    if cls is None:
+        raise ValueError(f"unknown event kind {obj.get('kind')!r}")
+    data = dict(obj.get("data", {}))
+    if cls is RolloutFinished:
+        data["versions"] = tuple(data["versions"])
+    return cls(t=float(obj["t"]), wall=str(obj["wall"]), **data)
+
+
+class EventSink(Protocol):
+    def emit(self, event: Event) -> None: ...
+
+
+class ListSink:
+    """Collects events in memory (tests, notebooks)."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def emit(self, event: Event) -> None:
+        self.events.append(event)
+
+    def of(self, kind: type[Event]) -> list[Any]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+
+class NullSink:
+    def emit(self, event: Event) -> None:
+        pass
+
+
+class JsonlSink:
+    """One event per line, as ``Event.to_json``."""
+
+    def __init__(self, fh: IO[str]) -> None:
+        self.fh = fh
+
+    def emit(self, event: Event) -> None:
+        self.fh.write(json.dumps(event.to_json(), separators=(",", ":")) + "\n")
+
+
+__all__ = [
+    "EVENT_TYPES",
+    "ROLES",
+    "Benchmark",
+    "CallMigrated",
+    "Event",
+    "EventSink",
+    "JsonlSink",
+    "ListSink",
+    "NullSink",
+    "RoleChange",
+    "RolloutFinished",
+    "RolloutProgress",
+    "RolloutStarted",
+    "RunStatus",
+    "StepFinished",
+    "TreeReady",
+]

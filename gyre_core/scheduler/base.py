@@ -1,0 +1,81 @@
+"""The policy interface: a pure function from a snapshot of the cluster and the work in
+flight to decisions. No I/O and no clock of its own: the simulator and the real runtime
+call the same policy objects with the same snapshots.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gyre_core.cluster import ROLLOUT, SWITCHING, TRAIN
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    t: float
+    roles: tuple[str, ...]  # per unit: rollout, train, switching or idle
+    targets: tuple[str, ...]  # per unit: the role it is switching to (its role if not switching)
+    loads: tuple[int, ...]  # per unit: calls decoding on it (0 off rollout)
+    queued_calls: int  # calls waiting at the router for a free engine slot
+    active_sessions: int  # rollouts started and not finished
+    calls_in_flight: int  # sessions whose LLM call is on an engine or queued (not in a tool)
+    ready: int  # finished rollouts not yet trained
+    ready_tokens: int  # tokens those rollouts would train
+    started: int  # rollouts started so far
+    remaining: int  # rollouts of the trace not started yet
+    version: int  # last published policy version (= training steps finished)
+    steps_total: int
+    training: bool  # a training step is running
+    rollouts_per_step: int
+    staleness: int
+    max_seqs_per_unit: int
+    switch_s: float
+    train_tok_s: float  # per training unit
+
+    @property
+    def units(self) -> int:
+        return len(self.roles)
+
+    def count(self, role: str) -> int:
+        return sum(1 for r in self.targets if r == role)
+
+    @property
+    def switching(self) -> int:
+        return sum(1 for r in self.roles if r == SWITCHING)
+
+    def ready_units(self, role: str) -> list[int]:
+        """Units that are in ``role`` now, not switching."""
+        return [u for u, r in enumerate(self.roles) if r == role]
+
+    @property
+    def admissible(self) -> int:
+        """Rollouts that may start without breaking the staleness bound: rollout ``i`` (in
+        start order) is trained around step ``i // B + 1``; it may start at version v only
+        if that step minus 1 minus v stays within the bound."""
+        limit = (self.version + self.staleness + 1) * self.rollouts_per_step
+        return max(0, min(self.remaining, limit - self.started))
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    targets: dict[int, str] = field(default_factory=dict)  # unit -> new role
+    admit: int = 0  # rollouts to start now
+    start_step: bool = False  # start a training step on the units now in the train role
+
+
+class Policy(Protocol):
+    name: str
+
+    def initial_roles(self, units: int) -> list[str]: ...
+
+    def decide(self, s: Snapshot) -> Decision: ...
+
+
+def idle_rollout_units(s: Snapshot) -> list[int]:
+    """Rollout units ordered by load, lightest first (cheapest to drain)."""
+    return sorted(s.ready_units(ROLLOUT), key=lambda u: (s.loads[u], -u))
+
+
+def can_train(s: Snapshot) -> bool:
+    return not s.training and s.ready >= s.rollouts_per_step and bool(s.ready_units(TRAIN))

@@ -1,0 +1,139 @@
+"""The three scheduling policies: ``colocate``, ``async`` (fixed split) and ``elastic``.
+
+All three read the same :class:`Snapshot` and admit rollouts under the same staleness
+rule (colocate is on-policy: it admits one batch at a time). Registry: :data:`POLICIES`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gyre_core.cluster import ROLLOUT, TRAIN
+from gyre_core.scheduler.base import Decision, Policy, Snapshot, can_train, idle_rollout_units
+
+
+class Colocate:
+    """verl's hybrid engine: the whole cluster generates a step's batch, waits for its
+    last rollout, switches every unit to training, trains, switches every unit back (the
+    engine reloads the new weights as part of that switch), then starts the next batch."""
+
+    name = "colocate"
+
+    def initial_roles(self, units: int) -> list[str]:
+        return [ROLLOUT] * units
+
+    def decide(self, s: Snapshot) -> Decision:
+        if s.training:
+            return Decision()
+        all_units = range(s.units)
+        if s.active_sessions == 0 and s.ready >= s.rollouts_per_step:  # the batch is done
+            if all(r == TRAIN for r in s.roles):
+                return Decision(start_step=True)
+            return Decision(targets={u: TRAIN for u in all_units if s.targets[u] != TRAIN})
+        if any(t != ROLLOUT for t in s.targets):  # a step just ended: back to generation
+            return Decision(targets={u: ROLLOUT for u in all_units if s.targets[u] != ROLLOUT})
+        if s.active_sessions == 0 and s.ready == 0 and all(r == ROLLOUT for r in s.roles):
+            return Decision(admit=min(s.remaining, s.rollouts_per_step))
+        return Decision()
+
+
+@dataclass
+class Async:
+    """A fixed split: ``rollout_units`` engines generate continuously, ``train_units``
+    train whenever a batch is ready; the staleness bound limits how far generation runs
+    ahead (AReaL, verl's fully-async mode)."""
+
+    rollout_units: int
+    train_units: int
+    name: str = "async"
+
+    def initial_roles(self, units: int) -> list[str]:
+        if self.rollout_units < 1 or self.train_units < 1:
+            raise ValueError(
+                f"--split {self.rollout_units}:{self.train_units}: each side needs >= 1 unit"
+            )
+        if self.rollout_units + self.train_units != units:
+            raise ValueError(
+                f"--split {self.rollout_units}:{self.train_units} does not add up to the "
+                f"cluster's {units} units"
+            )
+        return [ROLLOUT] * self.rollout_units + [TRAIN] * self.train_units
+
+    def decide(self, s: Snapshot) -> Decision:
+        return Decision(admit=s.admissible, start_step=can_train(s))
+
+
+@dataclass
+class Elastic:
+    """Moves units both ways as demand shifts.
+
+    Rollout demand is the engines the live sessions need at full batching
+    (``ceil(sessions / max_seqs_per_unit)``, at least ``min_rollout``). When a batch is
+    ready, every unit beyond that demand moves to training (lightest-loaded first; their
+    calls migrate with their tokens), and the step starts once the units on their way
+    would not pay for their switch (training on ``n`` units takes ``tokens / (n * rate)``;
+    waiting ``switch_s`` for ``k`` more must save more than it costs). Between steps,
+    training units go back to rollout only when the next batch is far off (fewer than
+    ``return_below`` of a batch ready), so units do not thrash.
+    """
+
+    min_rollout: int = 1
+    min_train: int = 0
+    return_below: float = 0.5
+    name: str = "elastic"
+
+    def initial_roles(self, units: int) -> list[str]:
+        if self.min_rollout < 1 or self.min_rollout + max(self.min_train, 1) > units:
+            raise ValueError(f"elastic: min_rollout={self.min_rollout}, min_train={self.min_train} "
+                             f"do not fit {units} units")  # fmt: skip
+        return [TRAIN] * self.min_train + [ROLLOUT] * (units - self.min_train)
+
+    def decide(self, s: Snapshot) -> Decision:
+        admit = s.admissible
+        sessions = s.active_sessions + admit
+        need = max(self.min_rollout, math.ceil(sessions / s.max_seqs_per_unit))
+        rollout = [u for u in range(s.units) if s.targets[u] == ROLLOUT]
+        train = [u for u in range(s.units) if s.targets[u] == TRAIN]
+        targets: dict[int, str] = {}
+        batch_ready = s.ready >= s.rollouts_per_step
+        if batch_ready or s.training:
+            spare = len(rollout) - need
+            if not train and spare < 1:
+                spare = 1 if len(rollout) > self.min_rollout else 0  # the trainer needs one
+            movable = [u for u in idle_rollout_units(s) if s.targets[u] == ROLLOUT]
+            for u in movable[: max(0, spare)]:
+                targets[u] = TRAIN
+        elif s.ready < self.return_below * s.rollouts_per_step:
+            short = need - len(rollout)
+            keep = self.min_train
+            back = [u for u in train if s.roles[u] == TRAIN][: max(0, len(train) - keep)]
+            for u in back[: max(0, short)] if short > 0 else back:
+                targets[u] = ROLLOUT
+        start = can_train(s) and self._worth_starting(
+            s, len(train) + sum(1 for r in targets.values() if r == TRAIN)
+        )
+        return Decision(targets=targets, admit=admit, start_step=start)
+
+    def _worth_starting(self, s: Snapshot, coming: int) -> bool:
+        now = len(s.ready_units(TRAIN))
+        if coming <= now:
+            return True
+        tokens = s.ready_tokens * s.rollouts_per_step / max(s.ready, 1)
+        return tokens / (now * s.train_tok_s) <= s.switch_s + tokens / (coming * s.train_tok_s)
+
+
+def make_policy(name: str, units: int, split: tuple[int, int] | None = None) -> Policy:
+    if name == "colocate":
+        return Colocate()
+    if name == "elastic":
+        return Elastic()
+    if name == "async":
+        if split is None:
+            r = max(1, units // 2)
+            split = (r, units - r)
+        return Async(*split)
+    raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICIES)}")
+
+
+POLICIES = ("colocate", "async", "elastic")

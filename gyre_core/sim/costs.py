@@ -1,0 +1,102 @@
+"""The simulator's cost model: one table shared by every policy.
+
+Defaults describe H100/H200-class GPUs serving and training a large MoE model (~235B total,
+~22B active parameters, the size of Qwen3-235B-A22B) in units of 8 GPUs (tensor-parallel 8
+for serving, one data-parallel replica for training). Each default's reasoning is in
+``docs/sim-costs.md``; ``[4/7]`` calibrates them against measured runs
+(``CostModel.from_json`` reads the table the runtime writes).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+
+class CostError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    gpus: int = 64
+    gpus_per_unit: int = 8
+    gpus_per_node: int = 8
+    # Decode: a unit's total throughput with n sequences in flight is
+    # decode_peak * n / (n + decode_half); one sequence alone runs at
+    # decode_peak / (1 + decode_half) ~= 60 tok/s, 64 together at ~40 tok/s each.
+    decode_peak_tok_s: float = 7_500.0
+    decode_half: float = 124.0
+    max_seqs_per_unit: int = 64  # KV-cache bound on long agent contexts
+    prefill_tok_s: float = 20_000.0  # per unit; only newly appended tokens (prefix cache)
+    train_tok_s: float = 6_000.0  # per training unit, tokens trained (forward + backward)
+    switch_s: float = 30.0  # one role change: offload engine, load trainer state, or back
+    weight_sync_s: float = 20.0  # publish a new version to the rollout engines
+    drain_s: float = 30.0  # a draining unit's in-flight calls may finish within this
+    rollouts_per_step: int = 64
+    group_size: int = 8
+    staleness: int = 2  # async and elastic: s - 1 - v <= staleness
+    step_overhead_s: float = 5.0  # per training step: optimizer, checkpoint bookkeeping
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, float) and not math.isfinite(v):
+                raise CostError(f"--{_opt(f.name)}: must be finite, got {v}")
+        positive = ("gpus", "gpus_per_unit", "gpus_per_node", "decode_peak_tok_s",
+                    "max_seqs_per_unit", "prefill_tok_s", "train_tok_s", "rollouts_per_step",
+                    "group_size")  # fmt: skip
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise CostError(f"--{_opt(name)}: must be > 0, got {getattr(self, name)}")
+        for name in (
+            "decode_half",
+            "switch_s",
+            "weight_sync_s",
+            "drain_s",
+            "staleness",
+            "step_overhead_s",
+        ):
+            if getattr(self, name) < 0:
+                raise CostError(f"--{_opt(name)}: must be >= 0, got {getattr(self, name)}")
+        if self.rollouts_per_step % self.group_size:
+            raise CostError(
+                f"--rollouts-per-step {self.rollouts_per_step} is not a multiple of "
+                f"--group-size {self.group_size}"
+            )
+
+    @property
+    def units(self) -> int:
+        return self.gpus // self.gpus_per_unit
+
+    def seq_rate(self, n: int) -> float:
+        """Tokens/s of each of ``n`` sequences decoding together on one unit."""
+        return self.decode_peak_tok_s / (max(n, 1) + self.decode_half)
+
+    @property
+    def best_decode_tok_s(self) -> float:
+        """A unit's throughput at its sequence cap: the most it ever decodes."""
+        n = self.max_seqs_per_unit
+        return n * self.seq_rate(n)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> CostModel:
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(obj) - names)
+        if unknown:
+            raise CostError(f"unknown cost field(s): {', '.join(unknown)}")
+        return cls(**obj)
+
+    @classmethod
+    def load(cls, path: str | Path) -> CostModel:
+        return cls.from_json(json.loads(Path(path).read_text()))
+
+
+def _opt(name: str) -> str:
+    return name.replace("_", "-")

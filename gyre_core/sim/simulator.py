@@ -1,0 +1,407 @@
+"""A discrete-event simulator of a cluster running a scheduling policy on a workload trace.
+
+The policy objects are the ones the real runtime uses (``gyre_core.scheduler``); the
+simulator owns the clock, the engines (``sim.engine``), the agent sessions, the router,
+the role-switch protocol (``sim.switch``) and the trainer, and reports the same events
+the runtime does (``gyre_core.events``).
+
+Staleness is per token: a token decoded under version ``v`` is trained by the step that
+produces version ``s`` only if ``s - 1 - v <= staleness``; older tokens stay as context,
+are masked from the loss, and are counted. Every policy consumes the same trace in the
+same order and finishes the same number of steps; the makespan ends when the last step's
+weights exist.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from gyre_core import events as ev
+from gyre_core.cluster import ROLLOUT, SWITCHING, TRAIN, Cluster
+from gyre_core.scheduler.base import Decision, Policy, Snapshot
+from gyre_core.sim import switch
+from gyre_core.sim.costs import CostModel
+from gyre_core.sim.engine import Call, Engine
+from gyre_core.sim.workload import TraceRollout
+
+# Event kinds on the simulator's queue (ints: cheaper to compare than strings).
+READY, DONE, DEADLINE, SWITCHED, DRAINED, STEP = range(6)
+assert (SWITCHED, DRAINED) == (switch.SWITCHED, switch.DRAINED)
+MODES = ("migrate", "restart")
+
+
+@dataclass(slots=True)
+class Session:
+    """One agent rollout in flight: its position in the trace and what it produced."""
+
+    index: int
+    trace: TraceRollout
+    start: float
+    deadline: float
+    turn: int = 0
+    context: int = 0
+    unit: int = -1  # engine of its current or last call
+    call: Call | None = None
+    queued: bool = False
+    versions: Counter[int] = field(default_factory=Counter)  # decoded tokens by version
+    tokens: int = 0  # tokens its tree holds (prompts, completions, summaries)
+    status: str = "running"
+    finished: float = 0.0
+
+
+@dataclass
+class Stats:
+    sessions_restarted: int = 0
+    calls_migrated: int = 0
+    tokens_reprefilled: int = 0
+    tokens_discarded: int = 0  # decoded, then thrown away by a restart
+    tokens_trained: int = 0
+    tokens_masked: int = 0
+    staleness: Counter[int] = field(default_factory=Counter)
+    role_switches: int = 0
+    timeouts: int = 0
+    events: int = 0
+
+
+class Simulator:
+    def __init__(
+        self,
+        trace: list[TraceRollout],
+        costs: CostModel,
+        policy: Policy,
+        *,
+        mode: str = "migrate",
+        sink: ev.EventSink | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"--switch-mode must be one of {', '.join(MODES)}, got {mode!r}")
+        self.costs, self.policy, self.mode = costs, policy, mode
+        self.sink = sink or ev.NullSink()
+        self.cluster = Cluster(costs.gpus, costs.gpus_per_unit, costs.gpus_per_node)
+        self.steps_total = len(trace) // costs.rollouts_per_step
+        if self.steps_total < 1:
+            raise ValueError(
+                f"the trace has {len(trace)} rollouts, fewer than one step of "
+                f"{costs.rollouts_per_step} (--rollouts-per-step)"
+            )
+        self.trace = trace[: self.steps_total * costs.rollouts_per_step]
+        n = len(self.cluster)
+        self.engines = [Engine(u, costs) for u in range(n)]
+        self.targets = list(policy.initial_roles(n))
+        for u, role in enumerate(self.targets):
+            self.cluster.set_role(u, role)
+        self.t = 0.0
+        self.queue: list[tuple[float, int, int, int, int]] = []
+        self.seq = 0
+        self.sessions: list[Session] = []
+        self.live = 0
+        self.router: deque[int] = deque()
+        self.ready: list[int] = []  # finished sessions not yet trained, in finish order
+        self.version = 0
+        self.training = False
+        self.step_units: list[int] = []
+        self.drain_epoch = [0] * n
+        self.draining = [False] * n
+        self.stats = Stats()
+        self.pe = costs.seq_rate(1) / costs.prefill_tok_s  # token-equivalents per prefill token
+        self.since = [0.0] * n
+        self.gpu_s: dict[str, float] = switch.empty_accounts()
+        self.train_busy_s = 0.0
+        self.in_flight = 0  # sessions with a call on an engine or queued at the router
+        self.makespan = 0.0
+
+    # ------------------------------------------------------------------ event queue
+
+    def push(self, t: float, kind: int, a: int = 0, b: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.queue, (t, self.seq, kind, a, b))
+
+    def run(self) -> dict[str, Any]:
+        self.sink.emit(ev.RunStatus(t=0.0, status="running", step=0, message=self.policy.name))
+        self.decide()
+        handlers = {READY: self.on_ready, DONE: self.on_done, DEADLINE: self.on_deadline,
+                    SWITCHED: lambda u, r: switch.on_switched(self, u, r),
+                    DRAINED: lambda u, e: switch.on_drained(self, u, e), STEP: self.on_step}  # fmt: skip
+        while self.queue and self.version < self.steps_total:
+            t, _, kind, a, b = heapq.heappop(self.queue)
+            self.t = t
+            self.stats.events += 1
+            if handlers[kind](a, b) and self.version < self.steps_total:
+                self.decide()
+        if self.version < self.steps_total:
+            raise RuntimeError(
+                f"{self.policy.name}: stalled at step {self.version}/{self.steps_total} "
+                f"(t={self.t:.0f}s): the policy never started the remaining steps"
+            )
+        switch.close_accounts(self)
+        self.sink.emit(ev.RunStatus(t=self.t, status="succeeded", step=self.version, message=""))
+        return self.summary()
+
+    # ------------------------------------------------------------------ policy
+
+    def snapshot(self) -> Snapshot:
+        c = self.costs
+        started = len(self.sessions)
+        return Snapshot(
+            t=self.t,
+            roles=tuple(self.cluster.roles),
+            targets=tuple(self.targets),
+            loads=tuple(
+                e.load if self.cluster.roles[e.unit] in (ROLLOUT, SWITCHING) else 0
+                for e in self.engines
+            ),
+            queued_calls=len(self.router),
+            active_sessions=self.live,
+            calls_in_flight=self.in_flight,
+            ready=len(self.ready),
+            ready_tokens=sum(self.sessions[i].tokens for i in self.ready),
+            started=started,
+            remaining=len(self.trace) - started,
+            version=self.version,
+            steps_total=self.steps_total,
+            training=self.training,
+            rollouts_per_step=c.rollouts_per_step,
+            staleness=c.staleness,
+            max_seqs_per_unit=c.max_seqs_per_unit,
+            switch_s=c.switch_s,
+            train_tok_s=c.train_tok_s,
+        )
+
+    def decide(self) -> None:
+        d: Decision = self.policy.decide(self.snapshot())
+        for u, role in sorted(d.targets.items()):
+            switch.begin_switch(self, u, role)
+        for _ in range(min(d.admit, len(self.trace) - len(self.sessions))):
+            self.admit()
+        if d.start_step:
+            self.start_step()
+
+    # ------------------------------------------------------------------ sessions
+
+    def admit(self) -> None:
+        i = len(self.sessions)
+        tr = self.trace[i]
+        s = Session(i, tr, self.t, self.t + tr.timeout_s)
+        self.sessions.append(s)
+        self.live += 1
+        self.sink.emit(ev.RolloutStarted(t=self.t, rollout_id=tr.rollout_id, task_id=tr.task_id,
+                                         group_id=tr.group_id, step=self.version))  # fmt: skip
+        self.push(s.deadline, DEADLINE, i)
+        self.push(self.t, READY, i)
+
+    def on_ready(self, i: int, _: int) -> bool:
+        s = self.sessions[i]
+        if s.status != "running":
+            return False
+        turn = s.trace.turns[s.turn]
+        s.context += turn.prompt_tokens
+        s.tokens += turn.prompt_tokens
+        self.in_flight += 1
+        self.route(s, Call(i, turn.completion_tokens, 0.0), fresh=turn.prompt_tokens)
+        return False
+
+    def route(self, s: Session, call: Call, fresh: int) -> None:
+        """Send a call to an engine: its last one if it has room (prefix cache: only the
+        ``fresh`` tokens are prefilled), else the least loaded one with room (the whole
+        context is prefilled there), else the router's queue."""
+        cap = self.costs.max_seqs_per_unit
+        e = self.engines[s.unit] if s.unit >= 0 else None
+        if e is None or not (
+            e.accepting and self.cluster.roles[e.unit] == ROLLOUT and e.load < cap
+        ):
+            e = None
+            best = cap
+            for cand in self.engines:
+                if cand.load < best and cand.accepting and self.cluster.roles[cand.unit] == ROLLOUT:
+                    e, best = cand, cand.load
+            fresh = s.context
+        if e is None:
+            s.call, s.queued = call, True
+            self.router.append(s.index)
+            return
+        call.prefill_eq = fresh * self.pe
+        self.seq += 1
+        call.seq = self.seq
+        s.call, s.queued, s.unit = call, False, e.unit
+        switch.account(self, e.unit)
+        e.add(call, self.t)
+        self.schedule(e)
+
+    def schedule(self, e: Engine) -> None:
+        nxt = e.next_completion(self.t)
+        if nxt is not None:
+            self.push(nxt, DONE, e.unit, e.epoch)
+
+    def on_done(self, u: int, epoch: int) -> bool:
+        e = self.engines[u]
+        if epoch != e.epoch:
+            return False
+        switch.account(self, u)
+        finished = e.pop_finished(self.t)
+        changed = False
+        for call in finished:
+            changed |= self.complete(call, e)
+        self.fill(e)
+        self.schedule(e)
+        if not e.accepting and not e.active:
+            switch.drained(self, u)
+        return changed
+
+    def complete(self, call: Call, e: Engine) -> bool:
+        s = self.sessions[call.rollout]
+        s.call = None
+        self.in_flight -= 1
+        s.versions[e.version] += call.completion - call.done
+        s.context += call.completion
+        s.tokens += call.completion
+        turn = s.trace.turns[s.turn]
+        s.turn += 1
+        if turn.compact_to is not None:
+            s.context = turn.compact_to
+            s.tokens += turn.compact_to  # the summary starts a new branch
+        if s.turn == len(s.trace.turns):
+            self.finish(s, "completed")
+            return True
+        self.push(self.t + turn.tool_s, READY, s.index)
+        return False
+
+    def fill(self, e: Engine) -> None:
+        """Hand queued calls to an engine that has room."""
+        while self.router and e.accepting and e.load < self.costs.max_seqs_per_unit:
+            s = self.sessions[self.router.popleft()]
+            if s.status != "running" or not s.queued or s.call is None:
+                continue
+            call, s.queued = s.call, False
+            s.unit = e.unit
+            self.route(s, call, fresh=s.context)
+
+    def on_deadline(self, i: int, _: int) -> bool:
+        s = self.sessions[i]
+        if s.status != "running" or s.deadline > self.t:
+            return False
+        if s.call is not None and not s.queued:
+            e = self.engines[s.unit]
+            switch.account(self, e.unit)
+            decoded = e.remove(s.call, self.t)
+            s.versions[e.version] += decoded - s.call.done
+            s.tokens += decoded
+            self.schedule(e)
+            if not e.accepting and not e.active:
+                switch.drained(self, e.unit)
+        if s.call is not None:
+            self.in_flight -= 1
+        s.call, s.queued = None, False
+        self.stats.timeouts += 1
+        self.finish(s, "timeout")
+        return True
+
+    def finish(self, s: Session, status: str) -> None:
+        s.status, s.finished = status, self.t
+        self.live -= 1
+        self.ready.append(s.index)
+        v = sorted(s.versions) or [self.version]
+        self.sink.emit(ev.RolloutFinished(t=self.t, rollout_id=s.trace.rollout_id, status=status,
+                                          progress=s.turn / len(s.trace.turns), reward=0.0,
+                                          turns=s.turn, tokens=s.tokens, versions=(v[0], v[-1])))  # fmt: skip
+
+    def restart(self, s: Session, discarded: int) -> None:
+        """``restart`` switch mode: the session's call was aborted; it starts over."""
+        self.stats.sessions_restarted += 1
+        self.stats.tokens_discarded += discarded
+        s.turn, s.context, s.tokens, s.unit = 0, 0, 0, -1
+        s.versions.clear()
+        s.call, s.queued = None, False
+        self.in_flight -= 1
+        s.start, s.deadline = self.t, self.t + s.trace.timeout_s
+        self.push(s.deadline, DEADLINE, s.index)
+        self.push(self.t, READY, s.index)
+
+    # ------------------------------------------------------------------ training
+
+    def start_step(self) -> None:
+        units = self.cluster.with_role(TRAIN)
+        b = self.costs.rollouts_per_step
+        if self.training or not units or len(self.ready) < b:
+            return
+        batch, self.ready = self.ready[:b], self.ready[b:]
+        step = self.version + 1
+        tokens = 0
+        for i in batch:
+            s = self.sessions[i]
+            tokens += s.tokens
+            for v, n in s.versions.items():
+                lag = step - 1 - v
+                self.stats.staleness[lag] += n
+                if lag > self.costs.staleness:
+                    self.stats.tokens_masked += n
+        self.stats.tokens_trained += tokens
+        for u in units:
+            switch.account(self, u)
+        self.training, self.step_units = True, units
+        secs = self.costs.step_overhead_s + tokens / (self.costs.train_tok_s * len(units))
+        self.push(self.t + secs, STEP, step)
+
+    def on_step(self, step: int, _: int) -> bool:
+        for u in self.step_units:
+            switch.account(self, u)
+        self.training = False
+        self.version = step
+        self.step_units = []
+        self.makespan = self.t
+        self.sink.emit(ev.StepFinished(t=self.t, step=step, version=step,
+                                       metrics={"tokens_masked": float(self.stats.tokens_masked)}))  # fmt: skip
+        if self.version < self.steps_total:
+            self.publish()
+        return True
+
+    def publish(self) -> None:
+        """Weight sync to every running engine: it pauses, its in-flight calls' tokens so
+        far keep the old version, and the rest decode under the new one."""
+        for e in self.engines:
+            if self.cluster.roles[e.unit] not in (ROLLOUT, SWITCHING) or not e.accepting:
+                continue
+            e.advance(self.t)
+            for call in e.active.values():
+                d = e.decoded(call)
+                self.sessions[call.rollout].versions[e.version] += d - call.done
+                call.done = d
+            e.version = self.version
+            if self.costs.weight_sync_s > 0:
+                e.pause(self.t, self.t + self.costs.weight_sync_s)
+                self.schedule(e)
+
+    # ------------------------------------------------------------------ results
+
+    def summary(self) -> dict[str, Any]:
+        from gyre_core.sim.bound import lower_bound
+
+        c = self.costs
+        bound = lower_bound(self.trace, c)
+        hist = dict(sorted(self.stats.staleness.items()))
+        return {
+            "policy": self.policy.name,
+            "switch_mode": self.mode,
+            "makespan_s": round(self.makespan, 3),
+            "steps": self.version,
+            "rollouts": len(self.trace),
+            "tokens_trained": self.stats.tokens_trained,
+            "tokens_masked": self.stats.tokens_masked,
+            "staleness_histogram": {str(k): v for k, v in hist.items()},
+            "max_staleness_trained": max((k for k in hist if k <= c.staleness), default=0),
+            "lower_bound_s": round(bound, 3),
+            "efficiency": round(bound / self.makespan, 4) if self.makespan else 0.0,
+            "gpu_seconds_by_role": {k: round(v, 3) for k, v in self.gpu_s.items()},
+            "train_busy_gpu_s": round(self.train_busy_s, 3),
+            "sessions_restarted": self.stats.sessions_restarted,
+            "calls_migrated": self.stats.calls_migrated,
+            "tokens_reprefilled": self.stats.tokens_reprefilled,
+            "tokens_discarded": self.stats.tokens_discarded,
+            "role_switches": self.stats.role_switches,
+            "timeouts": self.stats.timeouts,
+            "events": self.stats.events,
+            "units": len(self.cluster),
+            "gpus": c.gpus,
+        }

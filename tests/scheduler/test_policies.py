@@ -1,0 +1,91 @@
+"""The policies as pure functions: snapshot in, decision out."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from gyre_core.cluster import ROLLOUT, SWITCHING, TRAIN, Cluster, ClusterError
+from gyre_core.scheduler.base import Snapshot
+from gyre_core.scheduler.policies import Async, Colocate, Elastic, make_policy
+
+B = 8
+
+
+def snap(roles: list[str], **kw: object) -> Snapshot:
+    base = Snapshot(
+        t=0.0, roles=tuple(roles), targets=tuple(roles), loads=tuple(0 for _ in roles),
+        queued_calls=0, active_sessions=0, calls_in_flight=0, ready=0, ready_tokens=0,
+        started=0, remaining=64, version=0, steps_total=8, training=False,
+        rollouts_per_step=B, staleness=1, max_seqs_per_unit=4, switch_s=30.0, train_tok_s=1000.0,
+    )  # fmt: skip
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def test_admission_respects_the_staleness_bound() -> None:
+    s = snap([ROLLOUT] * 3 + [TRAIN])
+    assert s.admissible == (0 + 1 + 1) * B  # versions 0 and 1 may be in flight
+    assert Async(3, 1).decide(replace(s, started=12)).admit == 4
+    assert Async(3, 1).decide(replace(s, started=16, version=1)).admit == 8
+    assert Async(3, 1).decide(replace(s, started=60, remaining=4, version=6)).admit == 4
+
+
+def test_colocate_cycles_generate_train_generate() -> None:
+    pol, roles = Colocate(), [ROLLOUT] * 4
+    assert pol.decide(snap(roles)).admit == B  # one batch at a time
+    assert pol.decide(snap(roles, active_sessions=3, started=8, remaining=56)).admit == 0
+    done = pol.decide(snap(roles, ready=B, started=8, remaining=56))
+    assert done.targets == {0: TRAIN, 1: TRAIN, 2: TRAIN, 3: TRAIN} and not done.start_step
+    assert pol.decide(snap([TRAIN] * 4, ready=B)).start_step
+    back = pol.decide(snap([TRAIN] * 4, version=1, started=8, remaining=56))
+    assert back.targets == {u: ROLLOUT for u in range(4)} and back.admit == 0
+
+
+def test_async_keeps_its_split_and_trains_when_a_batch_is_ready() -> None:
+    pol = Async(3, 1)
+    assert pol.initial_roles(4) == [ROLLOUT] * 3 + [TRAIN]
+    d = pol.decide(snap([ROLLOUT] * 3 + [TRAIN], ready=B))
+    assert d.start_step and not d.targets
+    assert not pol.decide(snap([ROLLOUT] * 3 + [TRAIN], ready=B, training=True)).start_step
+    with pytest.raises(ValueError, match="does not add up"):
+        Async(2, 1).initial_roles(4)
+
+
+def test_elastic_moves_spare_engines_to_training_lightest_first() -> None:
+    pol = Elastic()
+    roles = [ROLLOUT] * 4
+    # 5 sessions need ceil(5/4) = 2 engines; a batch is ready: the 2 lightest go to train.
+    s = snap(roles, ready=B, active_sessions=5, loads=(3, 0, 2, 0), started=13, remaining=51)
+    d = pol.decide(s)
+    assert d.targets == {3: TRAIN, 1: TRAIN}
+    assert not d.start_step  # no unit is in the train role yet
+
+
+def test_elastic_waits_for_switching_units_only_when_it_pays() -> None:
+    pol = Elastic()
+    roles = [TRAIN, SWITCHING, SWITCHING, ROLLOUT]
+    targets = (TRAIN, TRAIN, TRAIN, ROLLOUT)
+    # 8,000 tokens: alone 8 s; with 3 units 30 s + 2.7 s. Start now.
+    s = snap(roles, targets=targets, ready=B, ready_tokens=8_000, started=8, remaining=56)
+    assert pol.decide(s).start_step
+    # 800,000 tokens: alone 800 s; waiting 30 s for 3 units: 297 s. Wait.
+    assert not pol.decide(replace(s, ready_tokens=800_000)).start_step
+
+
+def test_elastic_returns_units_when_the_next_batch_is_far() -> None:
+    pol = Elastic()
+    roles = [TRAIN, TRAIN, ROLLOUT, ROLLOUT]
+    s = snap(roles, ready=1, active_sessions=16, started=24, remaining=40, version=2)
+    assert pol.decide(s).targets == {0: ROLLOUT, 1: ROLLOUT}
+    near = replace(s, ready=6)  # 6 of 8 ready: keep the trainer for the next step
+    assert pol.decide(near).targets == {}
+
+
+def test_registry_and_clusters() -> None:
+    assert make_policy("async", 8).initial_roles(8) == [ROLLOUT] * 4 + [TRAIN] * 4
+    with pytest.raises(ValueError, match="unknown policy"):
+        make_policy("greedy", 8)
+    assert Cluster(1000, 8).counts()["idle"] == 125
+    with pytest.raises(ClusterError, match="do not divide"):
+        Cluster(12, 8)

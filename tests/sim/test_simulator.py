@@ -1,0 +1,165 @@
+"""The simulator against hand-computed cases, and invariants on random traces."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gyre_core import events as ev
+from gyre_core.cluster import ClusterError
+from gyre_core.scheduler.policies import Async, Colocate, Elastic, make_policy
+from gyre_core.sim.costs import CostError, CostModel
+from gyre_core.sim.simulator import Simulator
+from gyre_core.sim.workload import TraceRollout, Turn, generate
+
+# Two 1-GPU units; one sequence decodes at 10 tok/s, n together at 10/n each; prefill is
+# free; training runs 22 tok/s per unit; a switch takes 5 s, a step 1 s of overhead.
+HAND = CostModel(
+    gpus=2, gpus_per_unit=1, gpus_per_node=1, decode_peak_tok_s=10.0, decode_half=0.0,
+    prefill_tok_s=1e12, train_tok_s=22.0, switch_s=5.0, weight_sync_s=0.0, drain_s=3.0,
+    rollouts_per_step=2, group_size=1, staleness=2, step_overhead_s=1.0,
+)  # fmt: skip
+
+
+def rollout(i: int, *completions: int, tool_s: float = 0.0, timeout_s: float = 1e9) -> TraceRollout:
+    turns = tuple(Turn(10, c, tool_s) for c in completions)
+    return TraceRollout(f"r{i}", f"t{i}", f"t{i}", turns, timeout_s)
+
+
+def run(trace, policy, costs=HAND, mode="migrate"):
+    sink = ev.ListSink()
+    out = Simulator(trace, costs, policy, mode=mode, sink=sink).run()
+    return out, sink
+
+
+def test_colocate_by_hand() -> None:
+    # Each rollout alone on a unit: 100 tokens at 10 tok/s = 10 s. Switch both units to
+    # training (5 s), train 2 x 110 tokens on 2 units at 22 tok/s = 5 s, plus 1 s.
+    out, sink = run([rollout(0, 100), rollout(1, 100)], Colocate())
+    assert out["makespan_s"] == pytest.approx(21.0, abs=2e-3)
+    assert out["gpu_seconds_by_role"] == pytest.approx(
+        {"rollout_busy": 20.0, "rollout_idle": 0.0, "train": 12.0, "switching": 10.0, "idle": 0.0},
+        abs=2e-3,
+    )
+    assert out["tokens_trained"] == 220 and out["steps"] == 1
+    changes = sink.of(ev.RoleChange)
+    assert [(c.unit, c.from_role, c.to_role) for c in changes] == [
+        (0, "rollout", "switching"), (1, "rollout", "switching"),
+        (0, "switching", "train"), (1, "switching", "train"),
+    ]  # fmt: skip
+
+
+def test_processor_sharing_by_hand() -> None:
+    # Async 1:1: both rollouts share unit 0 at 5 tok/s each. The 50-token one ends at
+    # 10 s; the other then runs alone at 10 tok/s for its last 50: ends at 15 s. Train
+    # 60 + 110 tokens on one unit at 22 tok/s = 170/22 s, plus 1 s.
+    out, _ = run([rollout(0, 50), rollout(1, 100)], Async(1, 1))
+    assert out["makespan_s"] == pytest.approx(15.0 + 170 / 22 + 1.0, abs=2e-3)
+    assert out["gpu_seconds_by_role"]["rollout_busy"] == pytest.approx(15.0, abs=2e-3)
+    assert out["gpu_seconds_by_role"]["train"] == pytest.approx(out["makespan_s"], abs=2e-3)
+
+
+def test_tool_time_and_turns_by_hand() -> None:
+    # Two turns of 20 tokens (2 s each) with 3 s of tool time between: 7 s per rollout.
+    out, sink = run([rollout(0, 20, 20, tool_s=3.0), rollout(1, 20, 20, tool_s=3.0)], Colocate())
+    assert out["makespan_s"] == pytest.approx(
+        7.0 + 5.0 + 2 * 60 / 44 + 1.0, abs=2e-3
+    )  # 2 x (10+20) per rollout
+    done = sink.of(ev.RolloutFinished)
+    assert [(d.status, d.turns) for d in done] == [("completed", 2), ("completed", 2)]
+
+
+def test_timeout_keeps_partial_progress() -> None:
+    # r0 shares unit 0 with r1 at 5 tok/s for 2 s (10 tokens), then decodes alone at 10 tok/s
+    # until its 40 s budget ends: 10 + 380 tokens decoded, then it is cut off.
+    out, sink = run([rollout(0, 1000, timeout_s=40.0), rollout(1, 10)], Async(1, 1))
+    done = {d.rollout_id: d for d in sink.of(ev.RolloutFinished)}
+    assert done["r0"].status == "timeout" and out["timeouts"] == 1
+    assert done["r0"].tokens == 10 + 390  # its prompt and what it decoded
+    assert done["r1"].status == "completed"
+
+
+def test_weight_versions_are_per_token() -> None:
+    # B = 1, async 1:1. r0 (10 tokens) and r1 share unit 0 at 5 tok/s: r0 is done at 2 s
+    # with r1 at 10 tokens. Step 1 trains r0's 20 tokens: 20/22 + 1 s. r1, alone, decodes
+    # 19.09 more meanwhile: 29 tokens under v0, then 271 under v1 after the publish.
+    costs = replace(HAND, rollouts_per_step=1)
+    out, sink = run([rollout(0, 10), rollout(1, 300)], Async(1, 1), costs)
+    fin = {d.rollout_id: d for d in sink.of(ev.RolloutFinished)}
+    assert fin["r0"].versions == (0, 0) and fin["r1"].versions == (0, 1)
+    # step 1 trains r0 (lag 0); step 2 trains r1: v0 tokens lag 2-1-0 = 1, v1 tokens 0.
+    assert out["staleness_histogram"] == {"0": 10 + 271, "1": 29}
+    assert out["tokens_masked"] == 0
+    # Staleness 1, with r2 (10 tokens) admitted after step 1: it shares unit 0 with r1
+    # and is trained by step 2; r1, trained by step 3, holds 29 tokens of v0 (lag 2:
+    # masked), 29 of v1 (lag 1) and 242 of v2.
+    three = [rollout(0, 10), rollout(1, 300), rollout(2, 10)]
+    masked, _ = run(three, Async(1, 1), replace(costs, staleness=1))
+    assert masked["staleness_histogram"] == {"0": 10 + 10 + 242, "1": 29, "2": 29}
+    assert masked["tokens_masked"] == 29
+
+
+def test_restart_mode_restarts_and_migrate_mode_does_not() -> None:
+    # Elastic, B = 1: r0 (short) and r2 share unit 0, r1 runs long on unit 1. When r0 is
+    # done the lighter unit (1) drains for training; its long call outlives the 3 s drain.
+    costs = replace(HAND, rollouts_per_step=1)
+    trace = [rollout(0, 10), rollout(1, 2000), rollout(2, 40)]
+    migrate, sink = run(trace, Elastic(), costs, "migrate")
+    assert migrate["calls_migrated"] >= 1 and migrate["sessions_restarted"] == 0
+    kept = [m.tokens_kept for m in sink.of(ev.CallMigrated)]
+    assert kept and all(k > 0 for k in kept)
+    restart, _ = run(trace, Elastic(), costs, "restart")
+    assert restart["sessions_restarted"] >= 1 and restart["tokens_discarded"] > 0
+    assert restart["calls_migrated"] == 0
+    assert restart["makespan_s"] > migrate["makespan_s"]
+
+
+def test_bad_inputs_are_refused() -> None:
+    with pytest.raises(ClusterError, match="at least one unit for rollout and one for training"):
+        Simulator([rollout(0, 5)] * 2, replace(HAND, gpus=1), Colocate())
+    with pytest.raises(CostError, match="--train-tok-s: must be > 0"):
+        replace(HAND, train_tok_s=0.0)
+    with pytest.raises(ValueError, match="fewer than one step"):
+        Simulator([rollout(0, 5)], HAND, Colocate())
+    with pytest.raises(ValueError, match="does not add up"):
+        Simulator([rollout(0, 5), rollout(1, 5)], HAND, Async(2, 1))
+    with pytest.raises(ValueError, match="--switch-mode"):
+        Simulator([rollout(0, 5), rollout(1, 5)], HAND, Colocate(), mode="abort")
+
+
+SMALL = CostModel(gpus=32, rollouts_per_step=16, max_seqs_per_unit=16, group_size=8)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    st.sampled_from(["xlong", "mixed", "uniform"]),
+    st.integers(0, 10_000),
+    st.sampled_from(["colocate", "async", "elastic"]),
+    st.sampled_from(["migrate", "restart"]),
+)
+def test_invariants(kind: str, seed: int, policy: str, mode: str) -> None:
+    trace = generate(kind, 48, seed)  # type: ignore[arg-type]
+    costs = replace(SMALL, drain_s=5.0)
+    out, sink = run(trace, make_policy(policy, costs.units), costs, mode)
+    assert out["steps"] == 3
+    total = costs.gpus * out["makespan_s"]  # makespan is rounded to ms
+    assert sum(out["gpu_seconds_by_role"].values()) == pytest.approx(total, abs=costs.gpus * 1e-3)
+    assert out["makespan_s"] >= out["lower_bound_s"] * (1 - 1e-9)
+    assert 0 < out["efficiency"] <= 1
+    if mode == "migrate":
+        assert out["sessions_restarted"] == 0 and out["tokens_discarded"] == 0
+    lags = {int(k): v for k, v in out["staleness_histogram"].items()}
+    assert out["tokens_masked"] == sum(v for k, v in lags.items() if k > costs.staleness)
+    if policy == "colocate":
+        assert set(lags) <= {0}  # on-policy
+    # A unit holds one role at a time and changes it only through `switching`.
+    role = {u: r for u, r in enumerate(make_policy(policy, costs.units).initial_roles(costs.units))}
+    for change in sink.of(ev.RoleChange):
+        assert change.from_role == role[change.unit]
+        assert "switching" in (change.from_role, change.to_role)
+        role[change.unit] = change.to_role
+    started = [e.rollout_id for e in sink.of(ev.RolloutStarted)]
+    assert len(started) == len(set(started)) == len(trace)
