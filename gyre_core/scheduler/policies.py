@@ -74,8 +74,10 @@ class Elastic:
     calls migrate with their tokens), and the step starts once the units on their way
     would not pay for their switch (training on ``n`` units takes ``tokens / (n * rate)``;
     waiting ``switch_s`` for ``k`` more must save more than it costs). Between steps,
-    training units go back to rollout only when the next batch is far off (fewer than
-    ``return_below`` of a batch ready), so units do not thrash.
+    training units go back to rollout only when the live sessions need more engines than
+    rollout holds and the next batch is far off (fewer than ``return_below`` of a batch
+    ready), so units do not thrash: a unit that is not needed elsewhere stays where the
+    next step will want it.
     """
 
     min_rollout: int = 1
@@ -106,9 +108,8 @@ class Elastic:
                 targets[u] = TRAIN
         elif s.ready < self.return_below * s.rollouts_per_step:
             short = need - len(rollout)
-            keep = self.min_train
-            back = [u for u in train if s.roles[u] == TRAIN][: max(0, len(train) - keep)]
-            for u in back[: max(0, short)] if short > 0 else back:
+            back = [u for u in train if s.roles[u] == TRAIN][: max(0, len(train) - self.min_train)]
+            for u in back[: max(0, short)]:
                 targets[u] = ROLLOUT
         start = can_train(s) and self._worth_starting(
             s, len(train) + sum(1 for r in targets.values() if r == TRAIN)
