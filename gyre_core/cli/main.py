@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from gyre_core import __version__
-from gyre_core.cli import traj
+from gyre_core.cli import sim, traj
 
 
 class CliError(Exception):
@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gyre {__version__}")
     groups = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
     traj.register(groups)
+    sim.register(groups)
     return parser
 
 
