@@ -1,15 +1,15 @@
-"""A lower bound on any policy's makespan for a trace under a cost model.
+"""A lower bound on a run's makespan: ``max(work, path)``.
 
-``max(work, path)``:
-
-* **work** — every unit busy all the time at its best throughput: each call's prefill at
-  ``prefill_tok_s`` and its decode at ``best_decode_tok_s`` (the unit full at
-  ``max_seqs_per_unit``), plus every trained token at ``train_tok_s``, spread over all
-  units. A rollout that may time out counts only the turns it is sure to finish before
-  its timeout even at the slowest decode rate, so the work is never overstated.
-* **path** — the longest rollout's critical path: its calls one after another at the
-  fastest single-sequence rate, with its tool time, capped at its timeout; then the step
-  that trains it, at best on every unit, plus the step overhead.
+* **work** — the work the run did, with every unit busy all the time at its best
+  throughput: each decoded token at ``best_decode_tok_s`` (a unit full at
+  ``max_seqs_per_unit``), each prefilled token at ``prefill_tok_s``, each trained token at
+  ``train_tok_s``, spread over all units. It is the run's own work, not the trace's: a
+  run whose rollouts time out (waiting for an engine, say) does less of it, and a bound
+  from the trace would then overstate what that run had to do.
+* **path** — every rollout must finish (or time out) before the last step trains, so the
+  makespan is at least the longest ``min(timeout_s, critical path)``, the critical path
+  being its calls one after another at the fastest single-sequence rate with its tool
+  time between them, plus one step's overhead.
 
 No switch, sync or drain cost is counted: the bound holds for every policy.
 """
@@ -20,25 +20,18 @@ from gyre_core.sim.costs import CostModel
 from gyre_core.sim.workload import TraceRollout
 
 
-def lower_bound(trace: list[TraceRollout], c: CostModel) -> float:
-    units = c.units
-    fast, slow = c.seq_rate(1), c.seq_rate(c.max_seqs_per_unit)
-    unit_s = 0.0
-    path = 0.0
+def critical_path(trace: list[TraceRollout], c: CostModel) -> float:
+    fast = c.seq_rate(1)
+    longest = 0.0
     for r in trace:
-        elapsed_slow = elapsed_fast = 0.0
-        tokens = 0
-        last = len(r.turns) - 1
-        for i, turn in enumerate(r.turns):
-            tool = turn.tool_s if i < last else 0.0  # a rollout ends with its last call
-            prefill = turn.prompt_tokens / c.prefill_tok_s
-            elapsed_slow += prefill + turn.completion_tokens / slow
-            if elapsed_slow <= r.timeout_s:
-                unit_s += prefill + turn.completion_tokens / c.best_decode_tok_s
-                tokens += turn.prompt_tokens + turn.completion_tokens + (turn.compact_to or 0)
-            elapsed_slow += tool
-            elapsed_fast += prefill + turn.completion_tokens / fast + tool
-        unit_s += tokens / c.train_tok_s
-        crit = min(elapsed_fast, r.timeout_s) + c.step_overhead_s + tokens / (c.train_tok_s * units)
-        path = max(path, crit)
-    return max(unit_s / units, path)
+        tools = sum(t.tool_s for t in r.turns[:-1])  # a rollout ends with its last call
+        calls = sum(t.prompt_tokens / c.prefill_tok_s + t.completion_tokens / fast for t in r.turns)
+        longest = max(longest, min(r.timeout_s, calls + tools))
+    return longest + c.step_overhead_s
+
+
+def lower_bound(
+    trace: list[TraceRollout], c: CostModel, *, decoded: int, prefilled: int, trained: int
+) -> float:
+    unit_s = decoded / c.best_decode_tok_s + prefilled / c.prefill_tok_s + trained / c.train_tok_s
+    return max(unit_s / c.units, critical_path(trace, c))

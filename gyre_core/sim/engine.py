@@ -5,8 +5,8 @@ A rollout unit's engine decodes its ``n`` sequences together, each at
 the engine keeps a *virtual clock* ``V`` (tokens each sequence has received since the
 engine started): a call needing ``w`` tokens of service finishes when ``V`` reaches its
 start value plus ``w``; the engine's next completion is one heap lookup. Prefill is
-service too: ``k`` prefilled tokens cost ``k * seq_rate(1) / prefill_tok_s`` token-
-equivalents, so a prefill takes ``k / prefill_tok_s`` seconds on an otherwise idle unit.
+service too, compute-bound at ``prefill_tok_s`` per unit and shared like the rest: the
+router converts it to token-equivalents at the load the call joins (``simulator.route``).
 """
 
 from __future__ import annotations

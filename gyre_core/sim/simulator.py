@@ -59,6 +59,7 @@ class Stats:
     tokens_reprefilled: int = 0
     tokens_discarded: int = 0  # decoded, then thrown away by a restart
     tokens_trained: int = 0
+    tokens_prefilled: int = 0
     tokens_masked: int = 0
     staleness: Counter[int] = field(default_factory=Counter)
     role_switches: int = 0
@@ -106,7 +107,6 @@ class Simulator:
         self.drain_epoch = [0] * n
         self.draining = [False] * n
         self.stats = Stats()
-        self.pe = costs.seq_rate(1) / costs.prefill_tok_s  # token-equivalents per prefill token
         self.since = [0.0] * n
         self.gpu_s: dict[str, float] = switch.empty_accounts()
         self.train_busy_s = 0.0
@@ -222,7 +222,13 @@ class Simulator:
             s.call, s.queued = call, True
             self.router.append(s.index)
             return
-        call.prefill_eq = fresh * self.pe
+        # Prefill is compute-bound at prefill_tok_s per unit. Under processor sharing a
+        # sequence gets 1/n of the unit, so k tokens take k * n / prefill_tok_s seconds,
+        # i.e. k * D(n) / prefill_tok_s token-equivalents at the per-sequence rate, with
+        # D(n) = n * seq_rate(n) the unit's decode throughput at the load it joins.
+        n = e.load + 1
+        call.prefill_eq = fresh * n * self.costs.seq_rate(n) / self.costs.prefill_tok_s
+        self.stats.tokens_prefilled += fresh
         self.seq += 1
         call.seq = self.seq
         s.call, s.queued, s.unit = call, False, e.unit
@@ -379,7 +385,9 @@ class Simulator:
         from gyre_core.sim.bound import lower_bound
 
         c = self.costs
-        bound = lower_bound(self.trace, c)
+        decoded = sum(sum(s.versions.values()) for s in self.sessions) + self.stats.tokens_discarded
+        bound = lower_bound(self.trace, c, decoded=decoded, prefilled=self.stats.tokens_prefilled,
+                            trained=self.stats.tokens_trained)  # fmt: skip
         hist = dict(sorted(self.stats.staleness.items()))
         return {
             "policy": self.policy.name,
