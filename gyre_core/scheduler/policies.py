@@ -68,21 +68,28 @@ class Async:
 class Elastic:
     """Moves units both ways as demand shifts.
 
-    Rollout demand is the engines the live sessions need at full batching
-    (``ceil(sessions / max_seqs_per_unit)``, at least ``min_rollout``). When a batch is
-    ready, every unit beyond that demand moves to training (lightest-loaded first; their
-    calls migrate with their tokens), and the step starts once the units on their way
-    would not pay for their switch (training on ``n`` units takes ``tokens / (n * rate)``;
-    waiting ``switch_s`` for ``k`` more must save more than it costs). Between steps,
-    training units go back to rollout only when the live sessions need more engines than
-    rollout holds and the next batch is far off (fewer than ``return_below`` of a batch
-    ready), so units do not thrash: a unit that is not needed elsewhere stays where the
-    next step will want it.
+    * **A base training share** of ``train_share`` of the units, taken when a batch is
+      ready (units come from rollout only then, so the first batch is gathered on every
+      unit).
+    * **Idle engines train.** While a batch is ready or a step runs, every rollout unit
+      beyond what the live sessions need (``ceil(sessions / (fill *
+      max_seqs_per_unit))``, at least ``min_rollout``) moves to training too, lightest-
+      loaded first (fewest prefix caches lost); in-flight calls migrate with their tokens.
+    * **No thrashing.** Between steps, units go back to rollout only when the sessions
+      need more engines than rollout holds and the next batch is far off (fewer than
+      ``return_below`` of a batch ready). A step starts once the units still on their way
+      would not pay for their switch (training on ``n`` units takes ``tokens / (n *
+      rate)``; waiting ``switch_s`` for more must save more than it costs).
+
+    Tried and dropped (docs/sim-results.md): learning the share online from step timing
+    and backlog; on waves of rollouts that finish together it overshot.
     """
 
     min_rollout: int = 1
     min_train: int = 0
     return_below: float = 0.5
+    fill: float = 0.5  # engines are sized for half their sequence cap: decode stays fast
+    train_share: float = 0.5
     name: str = "elastic"
 
     def initial_roles(self, units: int) -> list[str]:
@@ -92,28 +99,26 @@ class Elastic:
         return [TRAIN] * self.min_train + [ROLLOUT] * (units - self.min_train)
 
     def decide(self, s: Snapshot) -> Decision:
+        b = s.rollouts_per_step
+        top = s.units - self.min_rollout
+        base = max(1, min(top, int(s.units * self.train_share)))
         admit = s.admissible
         sessions = s.active_sessions + admit
-        need = max(self.min_rollout, math.ceil(sessions / s.max_seqs_per_unit))
+        need = max(self.min_rollout, math.ceil(sessions / (s.max_seqs_per_unit * self.fill)))
         rollout = [u for u in range(s.units) if s.targets[u] == ROLLOUT]
         train = [u for u in range(s.units) if s.targets[u] == TRAIN]
         targets: dict[int, str] = {}
-        batch_ready = s.ready >= s.rollouts_per_step
-        if batch_ready or s.training:
-            spare = len(rollout) - need
-            if not train and spare < 1:
-                spare = 1 if len(rollout) > self.min_rollout else 0  # the trainer needs one
+        if s.ready >= b or s.training:
+            want = min(top, max(base, s.units - need))
             movable = [u for u in idle_rollout_units(s) if s.targets[u] == ROLLOUT]
-            for u in movable[: max(0, spare)]:
+            for u in movable[: max(0, want - len(train))]:
                 targets[u] = TRAIN
-        elif s.ready < self.return_below * s.rollouts_per_step:
-            short = need - len(rollout)
-            back = [u for u in train if s.roles[u] == TRAIN][: max(0, len(train) - self.min_train)]
-            for u in back[: max(0, short)]:
+        elif s.ready < self.return_below * b and need > len(rollout):
+            extra = [u for u in train if s.roles[u] == TRAIN][max(base, self.min_train) :]
+            for u in extra[: need - len(rollout)]:
                 targets[u] = ROLLOUT
-        start = can_train(s) and self._worth_starting(
-            s, len(train) + sum(1 for r in targets.values() if r == TRAIN)
-        )
+        coming = len(train) + sum(1 for r in targets.values() if r == TRAIN)
+        start = can_train(s) and self._worth_starting(s, coming)
         return Decision(targets=targets, admit=admit, start_step=start)
 
     def _worth_starting(self, s: Snapshot, coming: int) -> bool:

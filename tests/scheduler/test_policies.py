@@ -55,7 +55,8 @@ def test_async_keeps_its_split_and_trains_when_a_batch_is_ready() -> None:
 def test_elastic_moves_spare_engines_to_training_lightest_first() -> None:
     pol = Elastic()
     roles = [ROLLOUT] * 4
-    # 5 sessions need ceil(5/4) = 2 engines; a batch is ready: the 2 lightest go to train.
+    # 5 sessions need ceil(5 / (4 * 0.5)) = 3 engines, the base share is 2 of 4 units: a
+    # batch is ready, so the 2 lightest engines go to train.
     s = snap(roles, ready=B, active_sessions=5, loads=(3, 0, 2, 0), started=13, remaining=51)
     d = pol.decide(s)
     assert d.targets == {3: TRAIN, 1: TRAIN}
@@ -75,9 +76,11 @@ def test_elastic_waits_for_switching_units_only_when_it_pays() -> None:
 
 def test_elastic_returns_units_when_the_next_batch_is_far() -> None:
     pol = Elastic()
-    roles = [TRAIN, TRAIN, ROLLOUT, ROLLOUT]
+    roles = [TRAIN, TRAIN, TRAIN, ROLLOUT]
+    # 16 sessions want 8 engines at half fill; rollout has 1. The base share (half of 4
+    # units) stays in training; the third training unit goes back.
     s = snap(roles, ready=1, active_sessions=16, started=24, remaining=40, version=2)
-    assert pol.decide(s).targets == {0: ROLLOUT, 1: ROLLOUT}
+    assert pol.decide(s).targets == {2: ROLLOUT}
     near = replace(s, ready=6)  # 6 of 8 ready: keep the trainer for the next step
     assert pol.decide(near).targets == {}
 
