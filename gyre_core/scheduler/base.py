@@ -17,6 +17,7 @@ class Snapshot:
     roles: tuple[str, ...]  # per unit: rollout, train, switching or idle
     targets: tuple[str, ...]  # per unit: the role it is switching to (its role if not switching)
     loads: tuple[int, ...]  # per unit: calls decoding on it (0 off rollout)
+    affinity: tuple[int, ...]  # per unit: live sessions whose prefix cache it holds
     queued_calls: int  # calls waiting at the router for a free engine slot
     active_sessions: int  # rollouts started and not finished
     calls_in_flight: int  # sessions whose LLM call is on an engine or queued (not in a tool)
@@ -73,8 +74,9 @@ class Policy(Protocol):
 
 
 def idle_rollout_units(s: Snapshot) -> list[int]:
-    """Rollout units ordered by load, lightest first (cheapest to drain)."""
-    return sorted(s.ready_units(ROLLOUT), key=lambda u: (s.loads[u], -u))
+    """Rollout units, cheapest to take first: fewest sessions whose prefix cache would be
+    lost (each re-prefills its whole context elsewhere), then fewest calls to drain."""
+    return sorted(s.ready_units(ROLLOUT), key=lambda u: (s.loads[u], s.affinity[u], -u))
 
 
 def can_train(s: Snapshot) -> bool:

@@ -90,13 +90,19 @@ class Elastic:
     return_below: float = 0.5
     fill: float = 0.5  # engines are sized for half their sequence cap: decode stays fast
     train_share: float = 0.5
+    start_split: bool = True
     name: str = "elastic"
 
     def initial_roles(self, units: int) -> list[str]:
         if self.min_rollout < 1 or self.min_rollout + max(self.min_train, 1) > units:
             raise ValueError(f"elastic: min_rollout={self.min_rollout}, min_train={self.min_train} "
                              f"do not fit {units} units")  # fmt: skip
-        return [TRAIN] * self.min_train + [ROLLOUT] * (units - self.min_train)
+        n_train = (
+            max(self.min_train, int(units * self.train_share))
+            if self.start_split
+            else self.min_train
+        )
+        return [TRAIN] * n_train + [ROLLOUT] * (units - n_train)
 
     def decide(self, s: Snapshot) -> Decision:
         b = s.rollouts_per_step
@@ -109,7 +115,11 @@ class Elastic:
         train = [u for u in range(s.units) if s.targets[u] == TRAIN]
         targets: dict[int, str] = {}
         if s.ready >= b or s.training:
-            want = min(top, max(base, s.units - need))
+            # Harvest engines the sessions do not need only while admission is closed (the
+            # staleness bound or the end of the trace): then sessions can only dwindle
+            # until the next step, and a harvested unit is not wanted back right away.
+            harvest = s.units - need if s.admissible == 0 else 0
+            want = min(top, max(base, harvest))
             movable = [u for u in idle_rollout_units(s) if s.targets[u] == ROLLOUT]
             for u in movable[: max(0, want - len(train))]:
                 targets[u] = TRAIN

@@ -111,6 +111,7 @@ class Simulator:
         self.gpu_s: dict[str, float] = switch.empty_accounts()
         self.train_busy_s = 0.0
         self.in_flight = 0  # sessions with a call on an engine or queued at the router
+        self.affinity = [0] * n  # live sessions whose prefix cache is on each unit
         self.makespan = 0.0
 
     # ------------------------------------------------------------------ event queue
@@ -153,6 +154,7 @@ class Simulator:
                 e.load if self.cluster.roles[e.unit] in (ROLLOUT, SWITCHING) else 0
                 for e in self.engines
             ),
+            affinity=tuple(self.affinity),
             queued_calls=len(self.router),
             active_sessions=self.live,
             calls_in_flight=self.in_flight,
@@ -231,7 +233,8 @@ class Simulator:
         self.stats.tokens_prefilled += fresh
         self.seq += 1
         call.seq = self.seq
-        s.call, s.queued, s.unit = call, False, e.unit
+        s.call, s.queued = call, False
+        self.set_unit(s, e.unit)
         switch.account(self, e.unit)
         e.add(call, self.t)
         self.schedule(e)
@@ -281,7 +284,7 @@ class Simulator:
             if s.status != "running" or not s.queued or s.call is None:
                 continue
             call, s.queued = s.call, False
-            s.unit = e.unit
+            self.set_unit(s, e.unit)
             self.route(s, call, fresh=s.context)
 
     def on_deadline(self, i: int, _: int) -> bool:
@@ -304,8 +307,17 @@ class Simulator:
         self.finish(s, "timeout")
         return True
 
+    def set_unit(self, s: Session, unit: int) -> None:
+        """Move a session's prefix cache (its affinity) to ``unit`` (-1: none)."""
+        if s.unit >= 0:
+            self.affinity[s.unit] -= 1
+        if unit >= 0:
+            self.affinity[unit] += 1
+        s.unit = unit
+
     def finish(self, s: Session, status: str) -> None:
         s.status, s.finished = status, self.t
+        self.set_unit(s, -1)
         self.live -= 1
         self.ready.append(s.index)
         v = sorted(s.versions) or [self.version]
@@ -317,7 +329,8 @@ class Simulator:
         """``restart`` switch mode: the session's call was aborted; it starts over."""
         self.stats.sessions_restarted += 1
         self.stats.tokens_discarded += discarded
-        s.turn, s.context, s.tokens, s.unit = 0, 0, 0, -1
+        s.turn, s.context, s.tokens = 0, 0, 0
+        self.set_unit(s, -1)
         s.versions.clear()
         s.call, s.queued = None, False
         self.in_flight -= 1

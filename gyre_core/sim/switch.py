@@ -65,7 +65,7 @@ def begin_switch(sim: Simulator, u: int, role: str) -> None:
         e.accepting = False
         for s in sim.sessions:  # its prefix cache goes with it
             if s.unit == u and s.call is None:
-                s.unit = -1
+                sim.set_unit(s, -1)
         if e.active:
             sim.draining[u] = True
             sim.drain_epoch[u] += 1
@@ -98,7 +98,8 @@ def on_drained(sim: Simulator, u: int, epoch: int) -> bool:
             s.tokens += decoded
             sim.stats.calls_migrated += 1
             sim.stats.tokens_reprefilled += s.context
-            s.unit, s.call = -1, None
+            sim.set_unit(s, -1)
+            s.call = None
             sim.sink.emit(ev.CallMigrated(t=sim.t, rollout_id=s.trace.rollout_id, from_unit=u,
                                           to_unit=-1, tokens_kept=decoded))  # fmt: skip
             sim.route(s, Call(call.rollout, call.completion - decoded, 0.0), fresh=s.context)

@@ -16,6 +16,7 @@ B = 8
 def snap(roles: list[str], **kw: object) -> Snapshot:
     base = Snapshot(
         t=0.0, roles=tuple(roles), targets=tuple(roles), loads=tuple(0 for _ in roles),
+        affinity=tuple(0 for _ in roles),
         queued_calls=0, active_sessions=0, calls_in_flight=0, ready=0, ready_tokens=0,
         started=0, remaining=64, version=0, steps_total=8, training=False,
         rollouts_per_step=B, staleness=1, max_seqs_per_unit=4, switch_s=30.0, train_tok_s=1000.0,

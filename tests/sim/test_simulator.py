@@ -103,15 +103,16 @@ def test_weight_versions_are_per_token() -> None:
 
 
 def test_restart_mode_restarts_and_migrate_mode_does_not() -> None:
-    # Elastic, B = 1: r0 (short) and r2 share unit 0, r1 runs long on unit 1. When r0 is
-    # done the lighter unit (1) drains for training; its long call outlives the 3 s drain.
+    # Elastic starting all-rollout, B = 1: r0 (short) and r2 share unit 0, r1 runs long on
+    # unit 1. When r0 is done the lighter unit (1) drains for training; its long call
+    # outlives the 3 s drain.
     costs = replace(HAND, rollouts_per_step=1)
     trace = [rollout(0, 10), rollout(1, 2000), rollout(2, 40)]
-    migrate, sink = run(trace, Elastic(), costs, "migrate")
+    migrate, sink = run(trace, Elastic(start_split=False), costs, "migrate")
     assert migrate["calls_migrated"] >= 1 and migrate["sessions_restarted"] == 0
     kept = [m.tokens_kept for m in sink.of(ev.CallMigrated)]
     assert kept and all(k > 0 for k in kept)
-    restart, _ = run(trace, Elastic(), costs, "restart")
+    restart, _ = run(trace, Elastic(start_split=False), costs, "restart")
     assert restart["sessions_restarted"] >= 1 and restart["tokens_discarded"] > 0
     assert restart["calls_migrated"] == 0
     assert restart["makespan_s"] > migrate["makespan_s"]
