@@ -1,0 +1,239 @@
+"""Cluster simulator benchmark: policy comparison, simulator speed, cost sensitivity.
+
+Prints measured figures as markdown tables (nothing is asserted):
+
+1. ``--compare``: for each workload kind and cluster size, the makespans of colocate, async
+   at its best fixed split (``gyre_core.sim.compare.best_split``) and elastic; the ratios
+   ``elastic_vs_colocate`` (colocate / elastic) and ``elastic_vs_async`` (async / elastic);
+   each policy's efficiency (lower bound / makespan), role switches and masked tokens;
+   then elastic again with ``--switch-mode restart``.
+2. ``--speed``: events/s, wall time and peak RSS of one elastic simulation of 1,000 GPUs
+   (125 units of 8) on 20,000 ``xlong`` rollouts (~2M LLM calls), each size in a fresh
+   subprocess (``resource.getrusage(...).ru_maxrss``).
+3. ``--sensitivity``: elastic vs async (best split) and vs colocate on ``xlong`` at 64
+   GPUs as ``switch_s`` (0, 10, 30, 60, 120 s) and the staleness bound (0, 1, 2, 4) vary.
+
+With no section flag, all three run.
+
+    .venv/bin/python benchmarks/sim_bench.py              # everything
+    .venv/bin/python benchmarks/sim_bench.py --quick      # 64 GPUs only, smaller speed run
+    .venv/bin/python benchmarks/sim_bench.py --compare --switch-mode restart
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gyre_core.scheduler.policies import make_policy
+from gyre_core.sim.compare import best_split
+from gyre_core.sim.costs import CostModel
+from gyre_core.sim.simulator import Simulator
+from gyre_core.sim.workload import KINDS, generate
+
+STEPS = 16  # training steps per comparison run
+SEED = 0
+
+
+def run(trace: list[Any], costs: CostModel, policy: str, mode: str = "migrate",
+        split: tuple[int, int] | None = None) -> dict[str, Any]:  # fmt: skip
+    return Simulator(trace, costs, make_policy(policy, costs.units, split), mode=mode).run()
+
+
+def _pct(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def _gpuh(s: dict[str, Any], key: str) -> str:
+    return f"{s['gpu_seconds_by_role'][key] / 3600:,.0f}"
+
+
+def compare_section(sizes: list[tuple[int, int]], modes: list[str]) -> None:
+    mode = modes[0]
+    print(f"\n## Policy comparison (elastic switch mode: {mode}; {STEPS} steps, seed {SEED})\n")
+    head = ("| workload | GPUs | rollouts/step | colocate s | async s (split) | elastic s "
+            "| el/colo | el/async | eff colo | eff async | eff elastic | switches colo/async/el "
+            "| masked tok async/el | restarted el | discarded tok el |")  # fmt: skip
+    print(head)
+    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|")
+    detail: list[str] = []
+    restart: list[str] = []
+    for gpus, rps in sizes:
+        for kind in KINDS:
+            costs = CostModel(gpus=gpus, rollouts_per_step=rps)
+            trace = generate(kind, STEPS * rps, SEED)
+            t0 = time.perf_counter()
+            colo = run(trace, costs, "colocate")
+            split, asy, evaluated = best_split(trace, costs)
+            el = run(trace, costs, "elastic", mode)
+            if len(modes) > 1:
+                er = run(trace, costs, "elastic", modes[1])
+                restart.append(
+                    f"| {kind} | {gpus} | {el['makespan_s']:,.0f} | {er['makespan_s']:,.0f} | "
+                    f"{colo['makespan_s'] / er['makespan_s']:.3f} | "
+                    f"{asy['makespan_s'] / er['makespan_s']:.3f} | {er['efficiency']:.3f} | "
+                    f"{er['sessions_restarted']:,} | {er['tokens_discarded']:,} | "
+                    f"{el['calls_migrated']:,} | {el['tokens_reprefilled']:,} |"
+                )
+            wall = time.perf_counter() - t0
+            ec = colo["makespan_s"] / el["makespan_s"]
+            ea = asy["makespan_s"] / el["makespan_s"]
+            print(f"| {kind} | {gpus} | {rps} | {colo['makespan_s']:,.0f} | "
+                  f"{asy['makespan_s']:,.0f} ({split[0]}:{split[1]}) | {el['makespan_s']:,.0f} | "
+                  f"**{ec:.3f}** | **{ea:.3f}** | {_pct(colo['efficiency'])} | "
+                  f"{_pct(asy['efficiency'])} | {_pct(el['efficiency'])} | "
+                  f"{colo['role_switches']}/{asy['role_switches']}/{el['role_switches']} | "
+                  f"{asy['tokens_masked']:,}/{el['tokens_masked']:,} | "
+                  f"{el['sessions_restarted']} | {el['tokens_discarded']:,} |", flush=True)  # fmt: skip
+            for name, s in (("colocate", colo), ("async", asy), ("elastic", el)):
+                tot = sum(s["gpu_seconds_by_role"].values())
+                detail.append(
+                    f"| {kind} | {gpus} | {name} | {_gpuh(s, 'rollout_busy')} | "
+                    f"{_gpuh(s, 'rollout_idle')} | {_gpuh(s, 'train')} | "
+                    f"{s['train_busy_gpu_s'] / 3600:,.0f} | {_gpuh(s, 'switching')} | "
+                    f"{tot / 3600:,.0f} | {s['lower_bound_s']:,.0f} | {s['calls_migrated']:,} | "
+                    f"{s['timeouts']} |"
+                )
+            splits = ", ".join(f"{e['split']}={e['makespan_s']:,.0f}" for e in evaluated)
+            detail.append(
+                f"|  |  | (async splits tried: {splits}; {wall:.1f} s wall) | | | | | | | | | |"
+            )
+    print("\nGPU-hours by category (train_busy: training units inside a step):\n")
+    print(
+        "| workload | GPUs | policy | rollout busy | rollout idle | train | train busy "
+        "| switching | total | lower bound s | calls migrated | timeouts |"
+    )
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n".join(detail), flush=True)
+    if restart:
+        print(f"\nElastic with --switch-mode {modes[1]} against {mode} (same traces):\n")
+        print(
+            f"| workload | GPUs | elastic {mode} s | elastic {modes[1]} s | colo/el-{modes[1]} "
+            f"| async/el-{modes[1]} | eff | sessions restarted | tokens discarded "
+            f"| calls migrated ({mode}) | tokens re-prefilled ({mode}) |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("\n".join(restart), flush=True)
+
+
+SPEED_CHILD = r"""
+import json, resource, sys, time
+sys.path.insert(0, sys.argv[1])
+from gyre_core.scheduler.policies import make_policy
+from gyre_core.sim.costs import CostModel
+from gyre_core.sim.simulator import Simulator
+from gyre_core.sim.workload import generate
+n, gpus, rps = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+t0 = time.perf_counter()
+trace = generate("xlong", n, 0)
+t1 = time.perf_counter()
+calls = sum(len(r.turns) for r in trace)
+costs = CostModel(gpus=gpus, rollouts_per_step=rps)
+s = Simulator(trace, costs, make_policy("elastic", costs.units)).run()
+t2 = time.perf_counter()
+print(json.dumps({"rollouts": n, "calls": calls, "gen_s": t1 - t0, "sim_s": t2 - t1,
+                  "events": s["events"], "steps": s["steps"], "makespan_s": s["makespan_s"],
+                  "efficiency": s["efficiency"],
+                  "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def speed_section(sizes: list[int], gpus: int, rps: int, budget_s: float) -> None:
+    print(f"\n## Simulator speed: elastic, {gpus} GPUs ({gpus // 8} units of 8), xlong, "
+          f"{rps} rollouts/step, one process per row\n")  # fmt: skip
+    print(
+        "| rollouts | LLM calls | steps | events | generate s | simulate s | events/s "
+        "| calls/s | peak RSS MB | makespan s | efficiency |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    root = str(Path(__file__).resolve().parents[1])
+    for n in sizes:
+        try:
+            out = subprocess.run([sys.executable, "-c", SPEED_CHILD, root, str(n), str(gpus),
+                                  str(rps)], capture_output=True, text=True, timeout=budget_s,
+                                 check=True).stdout  # fmt: skip
+        except subprocess.TimeoutExpired:
+            print(f"| {n:,} | — | — | — | — | > {budget_s:.0f} (stopped) | — | — | — | — | — |")
+            break
+        r = json.loads(out.strip().splitlines()[-1])
+        print(f"| {n:,} | {r['calls']:,} | {r['steps']} | {r['events']:,} | {r['gen_s']:.1f} | "
+              f"{r['sim_s']:.1f} | {r['events'] / r['sim_s']:,.0f} | "
+              f"{r['calls'] / r['sim_s']:,.0f} | {r['maxrss_mb']:,.0f} | "
+              f"{r['makespan_s']:,.0f} | {r['efficiency']:.3f} |", flush=True)  # fmt: skip
+
+
+def sensitivity_section(gpus: int, rps: int) -> None:
+    trace = generate("xlong", STEPS * rps, SEED)
+    base = CostModel(gpus=gpus, rollouts_per_step=rps)
+    print(f"\n## Sensitivity: xlong, {gpus} GPUs, {rps} rollouts/step, {STEPS} steps\n")
+    print(
+        "| parameter | value | colocate s | async s (split) | elastic s | el/colo | el/async "
+        "| eff elastic | masked tok async/el | switches el |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+    grid: list[tuple[str, Any]] = [("switch_s", v) for v in (0.0, 10.0, 30.0, 60.0, 120.0)]
+    grid += [("staleness", v) for v in (0, 1, 2, 4)]
+    for name, value in grid:
+        costs = replace(base, **{name: value})
+        colo = run(trace, costs, "colocate")
+        split, asy, _ = best_split(trace, costs)
+        el = run(trace, costs, "elastic")
+        print(f"| {name} | {value:g} | {colo['makespan_s']:,.0f} | {asy['makespan_s']:,.0f} "
+              f"({split[0]}:{split[1]}) | {el['makespan_s']:,.0f} | "
+              f"{colo['makespan_s'] / el['makespan_s']:.3f} | "
+              f"{asy['makespan_s'] / el['makespan_s']:.3f} | {el['efficiency']:.3f} | "
+              f"{asy['tokens_masked']:,}/{el['tokens_masked']:,} | {el['role_switches']} |",
+              flush=True)  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--compare", action="store_true", help="policy comparison")
+    p.add_argument("--speed", action="store_true", help="simulator speed at 1,000 GPUs")
+    p.add_argument("--sensitivity", action="store_true", help="switch_s and staleness sweeps")
+    p.add_argument("--quick", action="store_true", help="64 GPUs only; speed up to 5,000 rollouts")
+    p.add_argument(
+        "--switch-mode",
+        choices=("migrate", "restart", "both"),
+        default="both",
+        help="elastic's switch mode in the comparison (default: both)",
+    )
+    p.add_argument(
+        "--speed-rollouts",
+        type=int,
+        nargs="*",
+        default=None,
+        help="rollout counts for --speed (default 2000 5000 20000)",
+    )
+    p.add_argument(
+        "--speed-budget",
+        type=float,
+        default=600.0,
+        help="seconds allowed per speed run before it is stopped",
+    )
+    a = p.parse_args(argv)
+    if not (a.compare or a.speed or a.sensitivity):
+        a.compare = a.speed = a.sensitivity = True
+    t0 = time.perf_counter()
+    if a.compare:
+        sizes = [(64, 64)] if a.quick else [(64, 64), (256, 128)]
+        modes = ["migrate", "restart"] if a.switch_mode == "both" else [a.switch_mode]
+        compare_section(sizes, modes)
+    if a.speed:
+        n = a.speed_rollouts or ([2_000, 5_000] if a.quick else [2_000, 5_000, 20_000])
+        speed_section(n, gpus=1_000, rps=1_000, budget_s=a.speed_budget)
+    if a.sensitivity:
+        sensitivity_section(gpus=64, rps=64)
+    print(f"\n(total wall {time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
