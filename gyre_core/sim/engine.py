@@ -43,16 +43,22 @@ class Engine:
     t_last: float = 0.0
     paused_until: float = 0.0  # weight sync in progress until then
     accepting: bool = True
-    epoch: int = 0  # bumped on every change; stale completion events are ignored
+    epoch: int = 0  # bumped with every completion event scheduled; older ones are ignored
+    pending: float | None = None  # time of the completion event in force
     active: dict[int, Call] = field(default_factory=dict)
     heap: list[tuple[float, int]] = field(default_factory=list)
+    _n: int = -1
+    _rate: float = 0.0
 
     @property
     def load(self) -> int:
         return len(self.active)
 
     def rate(self) -> float:
-        return self.costs.seq_rate(len(self.active))
+        n = len(self.active)
+        if n != self._n:  # cached: the rate changes only with the load
+            self._n, self._rate = n, self.costs.seq_rate(n)
+        return self._rate
 
     def advance(self, t: float) -> None:
         start = max(self.t_last, self.paused_until)
@@ -66,14 +72,12 @@ class Engine:
         call.vstart = self.v
         self.active[call.seq] = call
         heapq.heappush(self.heap, (self.v + call.work, call.seq))
-        self.epoch += 1
 
     def remove(self, call: Call, t: float) -> int:
         """Take a running call off; returns the tokens it has decoded so far."""
         self.advance(t)
         call.cancelled = True
         del self.active[call.seq]
-        self.epoch += 1
         return self.decoded(call)
 
     def decoded(self, call: Call) -> int:
@@ -88,8 +92,6 @@ class Engine:
             call = self.active.pop(seq, None)
             if call is not None and not call.cancelled:
                 out.append(call)
-        if out:
-            self.epoch += 1
         return out
 
     def next_completion(self, t: float) -> float | None:
@@ -103,4 +105,3 @@ class Engine:
     def pause(self, t: float, until: float) -> None:
         self.advance(t)
         self.paused_until = max(self.paused_until, until)
-        self.epoch += 1

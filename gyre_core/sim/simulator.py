@@ -101,6 +101,7 @@ class Simulator:
         self.live = 0
         self.router: deque[int] = deque()
         self.ready: list[int] = []  # finished sessions not yet trained, in finish order
+        self.ready_tokens = 0  # the tokens those sessions hold
         self.version = 0
         self.training = False
         self.step_units: list[int] = []
@@ -159,7 +160,7 @@ class Simulator:
             active_sessions=self.live,
             calls_in_flight=self.in_flight,
             ready=len(self.ready),
-            ready_tokens=sum(self.sessions[i].tokens for i in self.ready),
+            ready_tokens=self.ready_tokens,
             started=started,
             remaining=len(self.trace) - started,
             version=self.version,
@@ -240,14 +241,21 @@ class Simulator:
         self.schedule(e)
 
     def schedule(self, e: Engine) -> None:
+        """Make sure a completion event stands at or before the engine's next completion.
+        An event that comes early is harmless (it finds nothing done and reschedules), so
+        one already standing earlier is kept: adding a call only slows the others."""
         nxt = e.next_completion(self.t)
-        if nxt is not None:
-            self.push(nxt, DONE, e.unit, e.epoch)
+        if nxt is None or (e.pending is not None and e.pending <= nxt):
+            return
+        e.epoch += 1
+        e.pending = nxt
+        self.push(nxt, DONE, e.unit, e.epoch)
 
     def on_done(self, u: int, epoch: int) -> bool:
         e = self.engines[u]
         if epoch != e.epoch:
             return False
+        e.pending = None
         switch.account(self, u)
         finished = e.pop_finished(self.t)
         changed = False
@@ -320,6 +328,7 @@ class Simulator:
         self.set_unit(s, -1)
         self.live -= 1
         self.ready.append(s.index)
+        self.ready_tokens += s.tokens
         v = sorted(s.versions) or [self.version]
         self.sink.emit(ev.RolloutFinished(t=self.t, rollout_id=s.trace.rollout_id, status=status,
                                           progress=s.turn / len(s.trace.turns), reward=0.0,
@@ -346,6 +355,7 @@ class Simulator:
         if self.training or not units or len(self.ready) < b:
             return
         batch, self.ready = self.ready[:b], self.ready[b:]
+        self.ready_tokens -= sum(self.sessions[i].tokens for i in batch)
         step = self.version + 1
         tokens = 0
         for i in batch:

@@ -114,7 +114,11 @@ def on_switched(sim: Simulator, u: int, role_index: int) -> bool:
     set_role(sim, u, role)
     sim.targets[u] = role
     if role == ROLLOUT:
-        e = Engine(u, sim.costs, version=sim.version, t_last=sim.t, paused_until=sim.t)
+        # A new engine; its epochs continue the old one's so that no stale event matches.
+        old = sim.engines[u].epoch
+        e = Engine(
+            u, sim.costs, version=sim.version, t_last=sim.t, paused_until=sim.t, epoch=old + 1
+        )
         sim.engines[u] = e
         sim.fill(e)
         sim.schedule(e)
