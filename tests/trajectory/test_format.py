@@ -157,3 +157,15 @@ def test_writer_uses_prefix_when_a_call_extends_another(tmp_path):
     assert written[1]["prompt_ids"] == [5, 6]
     assert written[2]["prefix"] == {"call_id": "b", "tokens": 2}
     assert written[2]["prompt_ids"] == [8]
+
+
+def test_the_documented_example_is_valid() -> None:
+    example = Path(__file__).resolve().parents[2] / "docs" / "examples" / "trajectory.jsonl"
+    rollouts = list(read_rollouts(example))
+    assert {c.kind for r in rollouts for c in r.calls} == {
+        "continue",
+        "compaction",
+        "subagent",
+        "retry",
+    }
+    assert any(c.prefix is not None for r in rollouts for c in r.calls)
