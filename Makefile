@@ -30,6 +30,8 @@ demo: setup
 	$(BIN)/gyre traj stats $(DATA)/demo/agentic.jsonl
 	$(BIN)/gyre traj pack $(DATA)/demo/agentic.jsonl --max-tokens 32768 --out $(DATA)/demo/samples.jsonl
 	$(BIN)/python benchmarks/trajectory_bench.py --quick
+	$(BIN)/gyre sim workload --kind xlong --rollouts 512 --seed 0 --out $(DATA)/demo/xlong.jsonl
+	$(BIN)/gyre sim compare --workload $(DATA)/demo/xlong.jsonl --gpus 64 --rollouts-per-step 64
 
 bench: setup
 	$(BIN)/python benchmarks/trajectory_bench.py
