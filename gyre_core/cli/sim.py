@@ -19,6 +19,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, NoReturn
 
+from gyre_core.cli.common import positive_int
 from gyre_core.cluster import Cluster, ClusterError
 from gyre_core.events import JsonlSink
 from gyre_core.scheduler.policies import POLICIES, Async, make_policy
@@ -46,9 +47,9 @@ def register(groups: Sub) -> None:
 
     w = cmds.add_parser("workload", help="write a synthetic workload trace")
     w.add_argument("--kind", choices=KINDS, required=True)
-    w.add_argument("--rollouts", type=_positive, required=True)
+    w.add_argument("--rollouts", type=positive_int, required=True)
     w.add_argument("--seed", type=int, required=True)
-    w.add_argument("--group-size", type=_positive, default=8, help="rollouts per GRPO group")
+    w.add_argument("--group-size", type=positive_int, default=8, help="rollouts per GRPO group")
     w.add_argument("--out", required=True, help="the trace (JSONL, one rollout a line)")
     w.add_argument("--json", action="store_true", help="print one JSON object")
     w.set_defaults(func=cmd_workload)
@@ -85,16 +86,6 @@ def _cost_options(p: argparse.ArgumentParser) -> None:
             metavar=typ.__name__.upper(),
             help=f"default {getattr(defaults, name)}",
         )
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
 
 
 # --------------------------------------------------------------------------- inputs

@@ -9,6 +9,7 @@ import time
 from dataclasses import fields, replace
 from typing import Any
 
+from gyre_core.cli.common import positive_int
 from gyre_core.trajectory.format import read_rollouts
 from gyre_core.trajectory.pack import pack_trees
 from gyre_core.trajectory.rewards import ADVANTAGE_MODES, assign_weights
@@ -31,7 +32,7 @@ def register(groups: Sub) -> None:
 
     k = cmds.add_parser("pack", help="pack a log into training samples of bounded size")
     k.add_argument("file")
-    k.add_argument("--max-tokens", type=_positive, required=True, help="tokens per sample")
+    k.add_argument("--max-tokens", type=positive_int, required=True, help="tokens per sample")
     k.add_argument("--out", required=True, help="output JSONL, one sample a line")
     k.add_argument("--advantage-mode", choices=ADVANTAGE_MODES, default="once")
     k.add_argument("--normalise-std", action="store_true", help="divide advantages by group std")
@@ -51,16 +52,6 @@ def register(groups: Sub) -> None:
         )
     y.add_argument("--json", action="store_true")
     y.set_defaults(func=cmd_synth)
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
 
 
 def _typ(annotation: Any) -> Any:

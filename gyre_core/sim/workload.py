@@ -29,6 +29,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from gyre_core.jsonl import LocatedError, json_lines
+
 Kind = Literal["xlong", "mixed", "uniform"]
 KINDS: tuple[Kind, ...] = ("xlong", "mixed", "uniform")
 DECODE_TOK_S = 40.0  # one sequence's decode speed at typical batch (the simulator's default)
@@ -87,12 +89,8 @@ def estimated_duration_s(
 # --------------------------------------------------------------------------- reading
 
 
-class TraceFormatError(ValueError):
-    """Bad input, located: ``FILE:LINE: FIELD: problem``."""
-
-    def __init__(self, file: str, line: int, field_name: str, problem: str) -> None:
-        self.file, self.line, self.field, self.problem = file, line, field_name, problem
-        super().__init__(f"{file}:{line}: {field_name}: {problem}")
+class TraceFormatError(LocatedError):
+    """Bad input in a workload trace, located: ``FILE:LINE: FIELD: problem``."""
 
 
 _ROLLOUT_KEYS = ("rollout_id", "task_id", "group_id", "turns", "timeout_s")
@@ -194,14 +192,8 @@ def read_trace(path: str | Path) -> list[TraceRollout]:
     name = str(path)
     out: list[TraceRollout] = []
     seen: set[str] = set()
-    with open(path, encoding="utf-8") as fh, _gc_paused():
-        for lineno, text in enumerate(fh, start=1):
-            if not text.strip():
-                continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise TraceFormatError(name, lineno, "<line>", f"invalid JSON: {exc.msg}") from None
+    with _gc_paused():
+        for lineno, obj in json_lines(path, TraceFormatError):
             rollout = parse_rollout(obj, name, lineno)
             if rollout.rollout_id in seen:
                 raise TraceFormatError(

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from gyre_core.jsonl import LocatedError, json_lines
+
 FORMAT = "gyre.trajectory/v1"
 STATUSES = ("completed", "timeout", "failed")
 KINDS = ("continue", "compaction", "subagent", "retry")
@@ -31,12 +33,8 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 
-class TrajectoryFormatError(ValueError):
-    """Bad input, located: ``FILE:LINE: FIELD: problem``."""
-
-    def __init__(self, file: str, line: int, field_name: str, problem: str) -> None:
-        self.file, self.line, self.field, self.problem = file, line, field_name, problem
-        super().__init__(f"{file}:{line}: {field_name}: {problem}")
+class TrajectoryFormatError(LocatedError):
+    """Bad input in a trajectory log, located: ``FILE:LINE: FIELD: problem``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,23 +262,14 @@ def read_rollouts(path: str | Path) -> Iterator[Rollout]:
     """Stream and validate the rollouts of a ``gyre.trajectory/v1`` file."""
     name = str(path)
     seen: set[str] = set()
-    with open(path, encoding="utf-8") as fh:
-        for lineno, text in enumerate(fh, start=1):
-            if not text.strip():
-                continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise TrajectoryFormatError(
-                    name, lineno, "<line>", f"invalid JSON: {exc.msg}"
-                ) from None
-            rollout = parse_rollout(obj, name, lineno)
-            if rollout.rollout_id in seen:
-                raise TrajectoryFormatError(
-                    name, lineno, "rollout_id", f"duplicate rollout id {rollout.rollout_id!r}"
-                )
-            seen.add(rollout.rollout_id)
-            yield rollout
+    for lineno, obj in json_lines(path, TrajectoryFormatError):
+        rollout = parse_rollout(obj, name, lineno)
+        if rollout.rollout_id in seen:
+            raise TrajectoryFormatError(
+                name, lineno, "rollout_id", f"duplicate rollout id {rollout.rollout_id!r}"
+            )
+        seen.add(rollout.rollout_id)
+        yield rollout
 
 
 def full_sequences(rollout: Rollout) -> dict[str, IntArray]:
