@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import IO, Any, ClassVar, Protocol
 
-ROLES = ("rollout", "train", "switching", "idle")
+from gyre_core.cluster import ROLES  # the roles a role_change names
 
 
 def _now() -> str:
