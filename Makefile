@@ -35,6 +35,7 @@ demo: setup
 
 bench: setup
 	$(BIN)/python benchmarks/trajectory_bench.py
+	$(BIN)/python benchmarks/sim_bench.py --compare --sensitivity --speed
 
 clean:
 	rm -rf $(VENV) $(DATA) .pytest_cache .mypy_cache .ruff_cache
