@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from gyre_core import __version__
-from gyre_core.cli import sim, traj
+from gyre_core.cli import model, sim, traj
 
 
 class CliError(Exception):
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     groups = parser.add_subparsers(dest="group", required=True, metavar="COMMAND")
     traj.register(groups)
     sim.register(groups)
+    model.register(groups)
     return parser
 
 

@@ -1,0 +1,1 @@
+"""Tokenizers and model checkpoints built locally, without a model hub."""
