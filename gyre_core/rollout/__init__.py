@@ -1,0 +1,1 @@
+"""The rollout side: engines that serve the policy, the router, the agent harness."""

@@ -1,0 +1,68 @@
+"""One interface for every inference engine Gyre drives (torch in-process, vLLM server).
+
+An engine turns token ids into token ids, recording for every generated token its
+log-probability under the policy that sampled it and that policy's version, so training
+can correct for staleness and the trajectory processor can build trees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None  # per-request sampling seed (reproducible rollouts)
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass(slots=True)
+class Completion:
+    token_ids: list[int]
+    logprobs: list[float]  # one per generated token, under the sampling policy
+    versions: list[int]  # the policy version that generated each token
+    finish_reason: str  # "stop", "length" or "abort"
+    prompt_tokens: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    running: int  # sequences decoding now
+    waiting: int  # requests queued for a slot
+
+
+class Engine(Protocol):
+    """What the router needs from an engine. Every method is a coroutine so that an
+    engine behind HTTP and one in-process look the same to the harness."""
+
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, request_id: str
+    ) -> Completion: ...
+
+    async def abort(self, request_id: str) -> bool: ...
+
+    async def pause(self) -> None:
+        """Stop scheduling new tokens; in-flight requests keep their state (``keep``)."""
+
+    async def resume(self) -> None: ...
+
+    async def publish(self, state_dict_path: str, version: int) -> None:
+        """Load new weights (a checkpoint directory) and tag later tokens with ``version``."""
+
+    async def load(self) -> EngineLoad: ...
+
+    @property
+    def version(self) -> int: ...
