@@ -1,0 +1,203 @@
+"""``Router``: sends every LLM call of an agent session to one of several engines.
+
+* **Routing.** A session sticks to the engine that served its last call (its prefix is in
+  that engine's cache) unless that engine is draining, dead, or busier than the least-loaded
+  live engine by more than ``affinity_slack`` requests; otherwise the least-loaded engine
+  wins (ties: fewest sessions pinned to it, then insertion order). Load is the larger of the
+  engine's own ``load()`` (running + waiting) and the router's count of its calls there.
+* **Drain** (a unit leaving rollout): the engine gets no new calls; calls on it may finish
+  until the deadline; each one still running is then aborted there and continued elsewhere.
+  In ``mode="migrate"`` (default) the continuation keeps the generated tokens (with their
+  logprobs and versions): the new engine re-prefills prompt + kept tokens and generates the
+  remaining ``max_tokens``; the caller gets one concatenated :class:`Completion`. In
+  ``mode="restart"`` (the baseline) the tokens are discarded and the call starts over.
+* **Death.** If an engine's ``generate`` raises ``RuntimeError`` or ``OSError`` (which covers
+  ``ConnectionError``), the engine is marked dead and the call continues elsewhere with the
+  tokens known so far (none: an exception carries no partial tokens).
+
+A drained or dead engine stays out of rotation until ``add`` puts it back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from gyre_core.rollout.engine import Completion, Engine, SamplingParams
+
+
+class NoEngineError(RuntimeError):
+    """No live, non-draining engine is left to serve a call."""
+
+
+@dataclass(slots=True)
+class RouterStats:
+    calls_migrated: int = 0  # calls moved to another engine (drain or death)
+    tokens_reprefilled: int = 0  # prompt + kept tokens re-sent to the new engine
+    tokens_discarded: int = 0  # generated tokens thrown away (restart mode)
+    sessions_restarted: int = 0  # calls started over from scratch (restart mode)
+    routed: dict[str, int] = field(default_factory=dict)  # engine -> calls sent there
+
+
+@dataclass(slots=True, eq=False)
+class _Call:
+    engine: str
+    request_id: str  # the id used on the engine (one per attempt)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    evicted: bool = False  # aborted by a drain: continue elsewhere
+    cancelled: bool = False  # aborted by the caller: return the partial completion
+
+
+class Router:
+    def __init__(
+        self,
+        engines: dict[str, Engine],
+        *,
+        mode: Literal["migrate", "restart"] = "migrate",
+        affinity_slack: int = 4,
+    ) -> None:
+        if mode not in ("migrate", "restart"):
+            raise ValueError(f"mode must be 'migrate' or 'restart', got {mode!r}")
+        self.mode = mode
+        self.affinity_slack = affinity_slack
+        self.stats = RouterStats()
+        self._engines: dict[str, Engine] = dict(engines)
+        self._draining: set[str] = set()
+        self._dead: set[str] = set()
+        self._sessions: dict[str, str] = {}  # session -> engine of its last call
+        self._calls: dict[str, _Call] = {}  # caller's request_id -> current attempt
+
+    # ------------------------------------------------------------------ membership
+
+    def add(self, name: str, engine: Engine) -> None:
+        """Add (or bring back) an engine; it is live and accepts calls."""
+        self._engines[name] = engine
+        self._draining.discard(name)
+        self._dead.discard(name)
+
+    def remove(self, name: str) -> None:
+        """Forget an engine (drain it first to move its calls)."""
+        self._engines.pop(name, None)
+        self._draining.discard(name)
+        self._dead.discard(name)
+
+    def live(self) -> list[str]:
+        return [n for n in self._engines if n not in self._draining and n not in self._dead]
+
+    def session_engine(self, session_id: str) -> str | None:
+        return self._sessions.get(session_id)
+
+    # ------------------------------------------------------------------ calls
+
+    async def generate(
+        self, session_id: str, prompt_ids: list[int], params: SamplingParams, *, request_id: str
+    ) -> Completion:
+        if request_id in self._calls:
+            raise ValueError(f"request_id {request_id!r} is already in flight")
+        kept = Completion([], [], [], "abort")
+        attempt = 0
+        while True:
+            if len(kept.token_ids) >= params.max_tokens:  # nothing left to generate
+                return _finish(kept, "length", len(prompt_ids))
+            name = await self._pick(session_id)
+            engine = self._engines[name]
+            call = _Call(name, request_id if attempt == 0 else f"{request_id}~{attempt}")
+            prompt = prompt_ids + kept.token_ids
+            sub = replace(params, max_tokens=params.max_tokens - len(kept.token_ids))
+            if attempt and self.mode == "migrate":
+                self.stats.tokens_reprefilled += len(prompt)
+            # no await between registering and submitting: a drain sees the call on `name`
+            self._calls[request_id] = call
+            self._sessions[session_id] = name
+            self.stats.routed[name] = self.stats.routed.get(name, 0) + 1
+            try:
+                out = await engine.generate(prompt, sub, request_id=call.request_id)
+            except (RuntimeError, OSError):
+                self._dead.add(name)
+                self.stats.calls_migrated += 1
+                attempt += 1
+                continue
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception):
+                    await engine.abort(call.request_id)
+                raise
+            finally:
+                call.done.set()
+                self._calls.pop(request_id, None)
+            if out.finish_reason != "abort" or not call.evicted or call.cancelled:
+                return _finish(_concat(kept, out), out.finish_reason, len(prompt_ids))
+            attempt += 1
+            if self.mode == "migrate":
+                kept = _concat(kept, out)
+                self.stats.calls_migrated += 1
+            else:
+                self.stats.tokens_discarded += len(kept.token_ids) + len(out.token_ids)
+                self.stats.sessions_restarted += 1
+                kept = Completion([], [], [], "abort")
+
+    async def abort(self, request_id: str) -> bool:
+        """Abort a call for its caller, who gets the tokens so far (finish_reason "abort")."""
+        call = self._calls.get(request_id)
+        if call is None or call.engine not in self._engines:
+            return False
+        call.cancelled = True
+        return await self._engines[call.engine].abort(call.request_id)
+
+    async def drain(self, name: str, deadline_s: float) -> int:
+        """Stop routing to ``name``; after ``deadline_s`` move its running calls elsewhere.
+        Returns how many calls were moved."""
+        if name not in self._engines:
+            raise KeyError(f"unknown engine {name!r}")
+        self._draining.add(name)
+        calls = [c for c in self._calls.values() if c.engine == name]
+        if calls:
+            waits = [asyncio.ensure_future(c.done.wait()) for c in calls]
+            _, pending = await asyncio.wait(waits, timeout=max(deadline_s, 0.0))
+            for w in pending:
+                w.cancel()
+        moved = 0
+        for c in [c for c in self._calls.values() if c.engine == name]:
+            c.evicted = True
+            if await self._engines[name].abort(c.request_id):
+                moved += 1
+        return moved
+
+    # ------------------------------------------------------------------ choice
+
+    async def _pick(self, session_id: str) -> str:
+        live = self.live()
+        if not live:
+            raise NoEngineError(
+                f"no engine available (engines={sorted(self._engines)}, "
+                f"draining={sorted(self._draining)}, dead={sorted(self._dead)})"
+            )
+        loads = {n: await self._load(n) for n in live}
+        least = min(loads.values())
+        last = self._sessions.get(session_id)
+        if last in loads and loads[last] <= least + self.affinity_slack:
+            return last
+        pinned = {n: 0 for n in live}
+        for n in self._sessions.values():
+            if n in pinned:
+                pinned[n] += 1
+        return min(live, key=lambda n: (loads[n], pinned[n]))
+
+    async def _load(self, name: str) -> int:
+        mine = sum(1 for c in self._calls.values() if c.engine == name)
+        try:
+            load = await self._engines[name].load()
+        except (RuntimeError, OSError):
+            return mine
+        return max(mine, load.running + load.waiting)
+
+
+def _concat(a: Completion, b: Completion) -> Completion:
+    return Completion(
+        a.token_ids + b.token_ids, a.logprobs + b.logprobs, a.versions + b.versions, b.finish_reason
+    )
+
+
+def _finish(c: Completion, finish_reason: str, prompt_tokens: int) -> Completion:
+    return Completion(c.token_ids, c.logprobs, c.versions, finish_reason, prompt_tokens)

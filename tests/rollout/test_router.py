@@ -1,0 +1,197 @@
+"""Router: session affinity, drain with migration or restart, engine death, no engines."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from gyre_core.rollout.engine import Completion, EngineLoad, SamplingParams
+from gyre_core.rollout.router import NoEngineError, Router
+from gyre_core.rollout.torch_engine import TorchEngine
+from gyre_core.train.model import build_model, tiny_qwen3_config
+
+VOCAB = 97
+LONG = SamplingParams(max_tokens=300, temperature=0.0)
+SHORT = SamplingParams(max_tokens=6, temperature=0.0)
+PROMPT = [(7 * i + 3) % VOCAB for i in range(11)]
+
+
+def _model(seed: int = 0) -> torch.nn.Module:
+    cfg = tiny_qwen3_config(
+        VOCAB, layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32, intermediate=128
+    )
+    model: torch.nn.Module = build_model(cfg, seed=seed)
+    model.eval()
+    return model
+
+
+def _engines() -> tuple[TorchEngine, TorchEngine]:
+    """Two engines with the same weights; ``b`` tags its tokens with version 1."""
+    return TorchEngine(_model(), version=0), TorchEngine(_model(), version=1)
+
+
+@pytest.fixture(scope="module")
+def reference() -> Completion:
+    """The long greedy request served by one engine, start to end."""
+    eng = TorchEngine(_model())
+    return asyncio.run(eng.generate(PROMPT, LONG, request_id="ref"))
+
+
+class _Dying:
+    """Delegates to a TorchEngine; ``generate`` raises once ``kill`` is set (after aborting
+    the inner request, so its tokens are lost as when a server dies)."""
+
+    def __init__(self, inner: TorchEngine, *, dead_at_start: bool) -> None:
+        self.inner = inner
+        self.kill = asyncio.Event()
+        if dead_at_start:
+            self.kill.set()
+
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, request_id: str
+    ) -> Completion:
+        if self.kill.is_set():
+            raise ConnectionError("engine is gone")
+        task = asyncio.ensure_future(self.inner.generate(prompt_ids, params, request_id=request_id))
+        killed = asyncio.ensure_future(self.kill.wait())
+        await asyncio.wait([task, killed], return_when=asyncio.FIRST_COMPLETED)
+        killed.cancel()
+        if task.done():
+            return task.result()
+        await self.inner.abort(request_id)
+        await task
+        raise RuntimeError("engine died mid-generation")
+
+    async def abort(self, request_id: str) -> bool:
+        return await self.inner.abort(request_id)
+
+    async def pause(self) -> None:
+        await self.inner.pause()
+
+    async def resume(self) -> None:
+        await self.inner.resume()
+
+    async def publish(self, state_dict_path: str, version: int) -> None:
+        await self.inner.publish(state_dict_path, version)
+
+    async def load(self) -> EngineLoad:
+        return await self.inner.load()
+
+    @property
+    def version(self) -> int:
+        return self.inner.version
+
+
+async def _until_running(engine: TorchEngine) -> None:
+    """Wait (bounded) until ``engine`` decodes a sequence: it has prefilled and sampled."""
+    for _ in range(2000):
+        if (await engine.load()).running:
+            return
+        await asyncio.sleep(0.005)
+    raise TimeoutError("request never started running")
+
+
+def test_affinity_and_spread() -> None:
+    a, b = _engines()
+    router = Router({"a": a, "b": b})
+
+    async def run() -> None:
+        for turn in range(3):
+            for s in ("s1", "s2"):
+                out = await router.generate(s, PROMPT, SHORT, request_id=f"{s}-{turn}")
+                assert len(out.token_ids) == 6 and out.finish_reason == "length"
+
+    asyncio.run(run())
+    assert router.session_engine("s1") != router.session_engine("s2")
+    assert router.stats.routed == {"a": 3, "b": 3}  # each session stayed on its engine
+
+
+def _drain_scenario(mode: str) -> tuple[Router, Completion, TorchEngine]:
+    a, b = _engines()
+    router = Router({"a": a, "b": b}, mode=mode)  # type: ignore[arg-type]
+
+    async def run() -> Completion:
+        call = asyncio.ensure_future(router.generate("s", PROMPT, LONG, request_id="r"))
+        await _until_running(a)
+        await asyncio.sleep(0.05)  # let it decode some tokens; the pause below makes it safe
+        await a.pause()  # still running at the deadline, however fast the machine is
+        assert not call.done()
+        await router.drain("a", deadline_s=0.05)
+        out = await call
+        await a.resume()
+        after = await router.generate("s", PROMPT, SHORT, request_id="after")
+        assert len(after.token_ids) == 6
+        return out
+
+    out = asyncio.run(run())
+    assert router.stats.routed["a"] == 1  # nothing new went to the draining engine
+    assert router.session_engine("s") == "b"
+    return router, out, a
+
+
+def test_drain_migrates_call_without_restart(reference: Completion) -> None:
+    router, out, _ = _drain_scenario("migrate")
+    assert out.token_ids == reference.token_ids
+    assert out.logprobs == pytest.approx(reference.logprobs, abs=1e-4)
+    assert out.finish_reason == "length" and out.prompt_tokens == len(PROMPT)
+    kept = out.versions.count(0)  # tokens generated on a before the move
+    assert 0 < kept < 300 and out.versions == [0] * kept + [1] * (300 - kept)
+    s = router.stats
+    assert s.calls_migrated == 1 and s.sessions_restarted == 0 and s.tokens_discarded == 0
+    assert s.tokens_reprefilled == len(PROMPT) + kept
+
+
+def test_drain_restart_mode_discards(reference: Completion) -> None:
+    router, out, _ = _drain_scenario("restart")
+    assert out.token_ids == reference.token_ids
+    assert out.versions == [1] * 300  # all regenerated on b
+    s = router.stats
+    assert s.sessions_restarted == 1 and s.tokens_discarded > 0
+    assert s.calls_migrated == 0 and s.tokens_reprefilled == 0
+
+
+def test_engine_dead_at_first_call_moves_call() -> None:
+    a, b = _engines()
+    dying = _Dying(a, dead_at_start=True)
+    router = Router({"a": dying, "b": b})
+    out = asyncio.run(router.generate("s", PROMPT, SHORT, request_id="r"))
+    ref = asyncio.run(TorchEngine(_model()).generate(PROMPT, SHORT, request_id="x"))
+    assert out.token_ids == ref.token_ids and out.versions == [1] * 6
+    assert router.stats.calls_migrated == 1 and router.stats.sessions_restarted == 0
+    assert router.live() == ["b"]
+
+
+def test_engine_dies_mid_generation(reference: Completion) -> None:
+    a, b = _engines()
+    dying = _Dying(a, dead_at_start=False)
+    router = Router({"a": dying, "b": b})
+
+    async def run() -> Completion:
+        call = asyncio.ensure_future(router.generate("s", PROMPT, LONG, request_id="r"))
+        await _until_running(a)
+        await a.pause()
+        dying.kill.set()
+        return await call
+
+    out = asyncio.run(run())
+    assert out.token_ids == reference.token_ids  # tokens lost with the engine: regenerated
+    assert out.versions == [1] * 300
+    assert router.stats.calls_migrated == 1 and router.live() == ["b"]
+
+
+def test_no_engine_is_a_clear_error() -> None:
+    with pytest.raises(NoEngineError, match="no engine available"):
+        asyncio.run(Router({}).generate("s", PROMPT, SHORT, request_id="r"))
+    a, _ = _engines()
+    router = Router({"a": a})
+
+    async def run() -> None:
+        await router.drain("a", deadline_s=0.0)
+        await router.generate("s", PROMPT, SHORT, request_id="r")
+
+    with pytest.raises(NoEngineError, match="draining=\\['a'\\]"):
+        asyncio.run(run())
+    router.add("a", a)  # rejoins rollout
+    assert len(asyncio.run(router.generate("s", PROMPT, SHORT, request_id="r")).token_ids) == 6
