@@ -1,0 +1,1 @@
+"""Task environments for agent RL: in-memory, deterministic, text-in/text-out."""
