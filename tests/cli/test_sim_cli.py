@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,7 @@ import pytest
 from gyre_core.cli.main import main
 from gyre_core.events import EVENT_TYPES
 from gyre_core.sim.workload import describe, read_trace
+from tests.gyre_cli import gyre
 
 SMALL = ("--gpus", "32", "--rollouts-per-step", "16")  # 4 units; 64 rollouts make 4 steps
 SUMMARY_KEYS = {
@@ -25,15 +24,6 @@ SUMMARY_KEYS = {
 }  # fmt: skip
 COMPARE_KEYS = {"colocate", "async", "elastic", "async_splits", "elastic_vs_colocate",
                 "elastic_vs_async"}  # fmt: skip
-
-
-def gyre(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gyre_core.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def ok(*args: str) -> str:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +12,7 @@ from gyre_core.trajectory.format import read_rollouts
 from gyre_core.trajectory.sample import PackedSample
 from gyre_core.trajectory.stats import tree_stats
 from gyre_core.trajectory.tree import build_trees
+from tests.gyre_cli import gyre
 
 STATS_KEYS = {
     "rollouts", "groups", "calls", "tokens_per_call", "tokens_per_branch", "tokens_unique",
@@ -21,15 +20,6 @@ STATS_KEYS = {
     "rollouts_by_status",
 }  # fmt: skip
 PACK_KEYS = {"samples", "max_tokens", "tokens_packed", "packing_overhead", "largest_sample"}
-
-
-def gyre(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gyre_core.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 @pytest.fixture(scope="module")

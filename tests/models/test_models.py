@@ -5,8 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from gyre_core.models.tokenizer import (
     default_corpus,
     train_tokenizer,
 )
+from tests.gyre_cli import gyre
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing below may reach a hub
 
@@ -177,17 +176,6 @@ def test_custom_corpus_and_overwrite(tmp_path: Path) -> None:
 
 
 # -- CLI ---------------------------------------------------------------------------------
-
-
-def gyre(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "gyre_core.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
 
 
 def test_cli_init_then_refuses_non_empty_dir(tmp_path: Path) -> None:
