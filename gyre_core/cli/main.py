@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from gyre_core import __version__
-from gyre_core.cli import model, sim, traj
+from gyre_core.cli import model, run, sim, traj
 
 
 class CliError(Exception):
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     traj.register(groups)
     sim.register(groups)
     model.register(groups)
+    run.register(groups)
     return parser
 
 

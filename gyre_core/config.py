@@ -1,0 +1,247 @@
+"""The run configuration: typed, documented, validated once at the edge.
+
+A config is nested sections of plain fields. ``RunConfig.from_dict`` checks every field and
+reports *all* problems at once as ``ConfigError.errors`` — ``(path, message)`` pairs such
+as ``("scheduler.policy", "must be one of colocate, async, elastic")`` — so the CLI and the
+web form can show each next to its field. ``config_schema()`` describes every field (type,
+default, choices, bounds, help) for the web form; ``gyre config show`` prints the defaults.
+
+Files may be JSON, YAML or TOML (by extension); a partial file is merged over the defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """Every bad field of a config, by dotted path."""
+
+    def __init__(self, errors: list[tuple[str, str]]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(f"{p}: {m}" for p, m in errors))
+
+
+def _f(default: Any, help: str, **rules: Any) -> Any:
+    """A documented field. ``rules``: choices, min, max (inclusive)."""
+    return field(default=default, metadata={"help": help, **rules})
+
+
+@dataclass(slots=True)
+class ClusterConfig:
+    units: int = _f(6, "units in the cluster (a unit hosts one replica: engine or trainer)", min=2)
+    gpus_per_unit: int = _f(1, "GPUs per unit (Ray resource gpu_unit on CPU machines)", min=1)
+    ray_address: str = _f("", "join this Ray cluster ('' = start a local one; or RAY_ADDRESS)")
+    object_store_mb: int = _f(256, "Ray object store cap for a local cluster", min=64)
+
+
+@dataclass(slots=True)
+class SchedulerConfig:
+    policy: str = _f("elastic", "how units share rollout and training",
+                     choices=("colocate", "async", "elastic"))  # fmt: skip
+    rollout_units: int = _f(0, "async only: fixed rollout units (0 = half the cluster)", min=0)
+    staleness_bound: int = _f(2, "train on tokens at most this many versions old", min=0)
+    switch_mode: str = _f("migrate", "how a unit leaves rollout: keep tokens or restart",
+                          choices=("migrate", "restart"))  # fmt: skip
+    drain_deadline_s: float = _f(2.0, "in-flight calls may finish this long before moving",
+                                 min=0.0)  # fmt: skip
+
+
+@dataclass(slots=True)
+class RolloutConfig:
+    suite: str = _f("repo", "task suite", choices=("repo", "coding"))
+    size: str = _f("short", "repo suite task size", choices=("short", "medium", "long"))
+    tasks_per_step: int = _f(2, "tasks sampled per training step", min=1)
+    group_size: int = _f(4, "rollouts per task (GRPO group)", min=1)
+    benchmark_tasks: int = _f(8, "held-out benchmark tasks scored before and after", min=1)
+    max_turns: int = _f(24, "tool calls per rollout before it times out", min=1)
+    context_budget: int = _f(768, "tokens of context before the model compacts it", min=64)
+    max_new_tokens: int = _f(24, "tokens per LLM call", min=1)
+    temperature: float = _f(1.0, "sampling temperature", min=0.0)
+    time_budget_s: float = _f(600.0, "wall seconds per rollout before it times out", min=0.0)
+    token_budget: int = _f(4096, "generated tokens per rollout before it times out", min=1)
+    tool_time_scale: float = _f(0.0, "real seconds slept per simulated tool second", min=0.0)
+    reward: str = _f("progress", "partial credit or 1 only when the task is done",
+                     choices=("progress", "binary"))  # fmt: skip
+
+
+@dataclass(slots=True)
+class ModelConfig:
+    checkpoint: str = _f("", "a local transformers checkpoint ('' = build a tiny Qwen3)")
+    hidden_size: int = _f(64, "tiny model width (when no checkpoint is given)", min=32)
+    layers: int = _f(2, "tiny model depth", min=1)
+    engine: str = _f("torch", "rollout engine backend", choices=("torch", "vllm"))
+
+
+@dataclass(slots=True)
+class TrainConfig:
+    lr: float = _f(3e-4, "AdamW learning rate", min=0.0)
+    max_grad_norm: float = _f(1.0, "gradient clipping norm", min=0.0)
+    clip_low: float = _f(0.2, "PPO ratio clip below 1", min=0.0, max=1.0)
+    clip_high: float = _f(0.28, "PPO ratio clip above 1", min=0.0)
+    kl_coef: float = _f(0.0, "KL penalty to the initial policy", min=0.0)
+    max_tokens: int = _f(4096, "tokens per packed training sample", min=64)
+    warm_start_steps: int = _f(0, "supervised steps on scripted demonstrations first", min=0)
+
+
+@dataclass(slots=True)
+class SimConfig:
+    workload: str = _f("xlong", "simulated workload kind", choices=("xlong", "mixed", "uniform"))
+    rollouts: int = _f(256, "rollouts in the simulated trace", min=1)
+    gpus: int = _f(64, "simulated GPUs", min=2)
+    rollouts_per_step: int = _f(64, "simulated rollouts per training step", min=1)
+
+
+@dataclass(slots=True)
+class RunConfig:
+    name: str = _f("demo", "a label for the run")
+    backend: str = _f(
+        "real", "real units on Ray, or the cluster simulator", choices=("real", "sim")
+    )
+    steps: int = _f(8, "training steps", min=1)
+    seed: int = _f(0, "seed for tasks, sampling and initialisation", min=0)
+    checkpoint_every: int = _f(1, "steps between checkpoints", min=1)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
+
+    @property
+    def policy(self) -> str:
+        return self.scheduler.policy
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        errors: list[tuple[str, str]] = []
+        cfg = _build(cls, data, "", errors)
+        if not errors:
+            errors.extend(_cross_checks(cfg))
+        if errors:
+            raise ConfigError(errors)
+        assert isinstance(cfg, RunConfig)
+        return cfg
+
+
+def default_config() -> RunConfig:
+    return RunConfig()
+
+
+def _build(cls: type, data: Any, prefix: str, errors: list[tuple[str, str]]) -> Any:
+    if not isinstance(data, dict):
+        errors.append(
+            (prefix.rstrip(".") or "<config>", f"expected a mapping, got {type(data).__name__}")
+        )
+        return cls()
+    known = {f.name: f for f in fields(cls)}
+    for key in data:
+        if key not in known:
+            errors.append((prefix + str(key), f"unknown field (known: {', '.join(known)})"))
+    values: dict[str, Any] = {}
+    for name, f in known.items():
+        path = prefix + name
+        if f.default is MISSING:  # a nested section
+            sub = f.default_factory
+            values[name] = _build(sub, data.get(name, {}), path + ".", errors)  # type: ignore[arg-type]
+            continue
+        if name not in data:
+            continue
+        value, problem = _check(f, data[name])
+        if problem:
+            errors.append((path, problem))
+        else:
+            values[name] = value
+    return cls(**values)
+
+
+def _check(f: Any, value: Any) -> tuple[Any, str]:
+    want = f.type if isinstance(f.type, str) else f.type.__name__
+    if want == "int" and (isinstance(value, bool) or not isinstance(value, int)):
+        return None, f"expected an integer, got {value!r}"
+    if want == "float":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return None, f"expected a number, got {value!r}"
+        value = float(value)
+    if want == "str" and not isinstance(value, str):
+        return None, f"expected a string, got {value!r}"
+    meta = f.metadata
+    if "choices" in meta and value not in meta["choices"]:
+        return None, f"must be one of {', '.join(meta['choices'])}, got {value!r}"
+    if "min" in meta and value < meta["min"]:
+        return None, f"must be >= {meta['min']}, got {value!r}"
+    if "max" in meta and value > meta["max"]:
+        return None, f"must be <= {meta['max']}, got {value!r}"
+    return value, ""
+
+
+def _cross_checks(cfg: RunConfig) -> list[tuple[str, str]]:
+    errors = []
+    s = cfg.scheduler
+    if s.rollout_units and s.policy != "async":
+        errors.append(("scheduler.rollout_units", f"applies to policy async only, not {s.policy}"))
+    if s.rollout_units >= cfg.cluster.units:
+        errors.append(
+            ("scheduler.rollout_units", f"must leave >= 1 of {cfg.cluster.units} units to train")
+        )
+    if cfg.backend == "sim" and cfg.sim.rollouts < cfg.sim.rollouts_per_step:
+        errors.append(("sim.rollouts", "fewer than one step of sim.rollouts_per_step"))
+    return errors
+
+
+def config_schema() -> dict[str, Any]:
+    """Every field: ``{"path": {"type", "default", "help", "choices"?, "min"?, "max"?}}``."""
+    out: dict[str, Any] = {}
+
+    def walk(cls: type, prefix: str) -> None:
+        for f in fields(cls):
+            if f.default is MISSING:
+                walk(f.default_factory, prefix + f.name + ".")  # type: ignore[arg-type]
+                continue
+            entry = {"type": f.type if isinstance(f.type, str) else f.type.__name__}
+            entry.update({"default": f.default, **f.metadata})
+            if "choices" in entry:
+                entry["choices"] = list(entry["choices"])
+            out[prefix + f.name] = entry
+
+    walk(RunConfig, "")
+    return out
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read a JSON, YAML or TOML file (by extension) and validate it over the defaults."""
+    p = Path(path)
+    text = p.read_text(encoding="utf-8")
+    try:
+        if p.suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(text) or {}
+        elif p.suffix == ".toml":
+            data = tomllib.loads(text)
+        elif p.suffix == ".json":
+            data = json.loads(text)
+        else:
+            raise ConfigError([("<file>", f"{p}: unknown extension (use .json, .yaml or .toml)")])
+    except (json.JSONDecodeError, yaml.YAMLError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError([("<file>", f"{p}: cannot parse: {str(exc).splitlines()[0]}")]) from None
+    return RunConfig.from_dict(data)
+
+
+def dump_config(cfg: RunConfig, fmt: str = "yaml") -> str:
+    data = cfg.to_dict()
+    if fmt == "json":
+        return json.dumps(data, indent=2) + "\n"
+    if fmt == "yaml":
+        return str(yaml.safe_dump(data, sort_keys=False))
+    raise ValueError(f"format must be json or yaml, got {fmt!r}")
+
+
+assert is_dataclass(RunConfig)

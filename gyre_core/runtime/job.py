@@ -1,0 +1,62 @@
+"""``run_job``: the one entry point the CLI and the platform's worker call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gyre_core import events as ev
+from gyre_core.config import RunConfig
+
+
+class Cancelled(Exception):
+    """Raised inside a job when its ``should_stop`` turned true; the job ends ``cancelled``."""
+
+
+class StopCheckingSink:
+    """Forwards events and turns a true ``should_stop()`` into :class:`Cancelled` — the
+    simulator emits often, so this is a prompt cancellation point without a clock."""
+
+    def __init__(self, sink: ev.EventSink, should_stop: Callable[[], bool]) -> None:
+        self.sink, self.should_stop = sink, should_stop
+
+    def emit(self, event: ev.Event) -> None:
+        self.sink.emit(event)
+        if self.should_stop():
+            raise Cancelled
+
+
+def run_job(
+    cfg: RunConfig,
+    *,
+    sink: ev.EventSink,
+    workdir: Path,
+    should_stop: Callable[[], bool] = lambda: False,
+    resume: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run ``cfg`` to the end (or until ``should_stop()``); return the summary.
+
+    ``summary["status"]`` is ``succeeded`` or ``cancelled``; errors propagate after a
+    ``run_status failed`` event. Checkpoints (real backend) live in ``workdir``.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    if cfg.backend == "sim":
+        from gyre_core.runtime.sim_job import run_sim
+
+        runner: Callable[..., dict[str, Any]] = run_sim
+    else:
+        from gyre_core.runtime.real_job import run_real
+
+        runner = run_real
+    guarded = StopCheckingSink(sink, should_stop)
+    try:
+        summary = runner(cfg, sink=guarded, workdir=workdir, resume=resume, progress=progress)
+    except Cancelled:
+        sink.emit(ev.RunStatus(t=0.0, status="cancelled", step=0, message="cancelled by user"))
+        return {"policy": cfg.policy, "backend": cfg.backend, "status": "cancelled"}
+    except Exception as exc:
+        sink.emit(ev.RunStatus(t=0.0, status="failed", step=0, message=str(exc)[:500]))
+        raise
+    return summary
