@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -68,6 +69,10 @@ class Router:
         self._dead: set[str] = set()
         self._sessions: dict[str, str] = {}  # session -> engine of its last call
         self._calls: dict[str, _Call] = {}  # caller's request_id -> current attempt
+        # Hooks for the runtime: an engine found dead; a call continued on another engine
+        # (session_id, from engine, to engine, generated tokens kept).
+        self.on_dead: Callable[[str], None] | None = None
+        self.on_migrate: Callable[[str, str, str, int], None] | None = None
 
     # ------------------------------------------------------------------ membership
 
@@ -89,6 +94,26 @@ class Router:
     def session_engine(self, session_id: str) -> str | None:
         return self._sessions.get(session_id)
 
+    def engine(self, name: str) -> Engine | None:
+        return self._engines.get(name)
+
+    def calls_by_engine(self) -> dict[str, int]:
+        """Calls in flight on each engine (the router's own count)."""
+        out: dict[str, int] = {}
+        for call in self._calls.values():
+            out[call.engine] = out.get(call.engine, 0) + 1
+        return out
+
+    def sessions_by_engine(self) -> dict[str, int]:
+        """Sessions whose last call each engine served (its prefix cache holds them)."""
+        out: dict[str, int] = {}
+        for name in self._sessions.values():
+            out[name] = out.get(name, 0) + 1
+        return out
+
+    def forget_session(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
     # ------------------------------------------------------------------ calls
 
     async def generate(
@@ -98,6 +123,7 @@ class Router:
             raise ValueError(f"request_id {request_id!r} is already in flight")
         kept = Completion([], [], [], "abort")
         attempt = 0
+        previous = ""
         while True:
             if len(kept.token_ids) >= params.max_tokens:  # nothing left to generate
                 return _finish(kept, "length", len(prompt_ids))
@@ -108,6 +134,9 @@ class Router:
             sub = replace(params, max_tokens=params.max_tokens - len(kept.token_ids))
             if attempt and self.mode == "migrate":
                 self.stats.tokens_reprefilled += len(prompt)
+                if self.on_migrate is not None:
+                    self.on_migrate(session_id, previous, name, len(kept.token_ids))
+            previous = name
             # no await between registering and submitting: a drain sees the call on `name`
             self._calls[request_id] = call
             self._sessions[session_id] = name
@@ -116,6 +145,8 @@ class Router:
                 out = await engine.generate(prompt, sub, request_id=call.request_id)
             except (RuntimeError, OSError):
                 self._dead.add(name)
+                if self.on_dead is not None:
+                    self.on_dead(name)
                 self.stats.calls_migrated += 1
                 attempt += 1
                 continue

@@ -42,17 +42,17 @@ def run_job(
     ``run_status failed`` event. Checkpoints (real backend) live in ``workdir``.
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    if cfg.backend == "sim":
-        from gyre_core.runtime.sim_job import run_sim
-
-        runner: Callable[..., dict[str, Any]] = run_sim
-    else:
-        from gyre_core.runtime.real_job import run_real
-
-        runner = run_real
-    guarded = StopCheckingSink(sink, should_stop)
     try:
-        summary = runner(cfg, sink=guarded, workdir=workdir, resume=resume, progress=progress)
+        if cfg.backend == "sim":
+            from gyre_core.runtime.sim_job import run_sim
+
+            guarded = StopCheckingSink(sink, should_stop)
+            summary = run_sim(cfg, sink=guarded, workdir=workdir, resume=resume, progress=progress)
+        else:
+            from gyre_core.runtime.real_job import run_real
+
+            summary = run_real(cfg, sink=sink, workdir=workdir, should_stop=should_stop,
+                               resume=resume, progress=progress)  # fmt: skip
     except Cancelled:
         sink.emit(ev.RunStatus(t=0.0, status="cancelled", step=0, message="cancelled by user"))
         return {"policy": cfg.policy, "backend": cfg.backend, "status": "cancelled"}

@@ -1,0 +1,285 @@
+"""The control loop of a real run: the policy decides, this loop carries it out.
+
+Every ``TICK_S`` the loop builds a :class:`Snapshot` of the real state (unit roles, calls
+per engine, sessions, ready rollouts, version), asks the policy, and acts:
+
+* **admit**: start that many agent sessions (asyncio tasks in this process; each LLM call
+  goes through the router to whichever unit serves it);
+* **targets**: switch units through the protocol of DESIGN.md — rollout → train: the router
+  stops sending the unit calls and drains it (calls still running at the deadline move to
+  other engines with their tokens), the engine is freed, the trainer replica loads;
+  train → rollout: the replica is freed, an engine starts with the newest weights;
+* **start_step**: one training step on the units in the train role — the batch's samples
+  are sharded by tokens, each replica computes its shard's gradients, the driver averages
+  them and steps the optimizer, and the new version is published to every engine.
+
+Sessions never live on a unit, so a switch restarts none of them (``restart`` switch mode
+exists as the baseline that does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+
+from gyre_core import events as ev
+from gyre_core.cluster import IDLE, ROLLOUT, SWITCHING, TRAIN
+from gyre_core.rollout.router import Router
+from gyre_core.runtime.ray_backend import RayEngine
+from gyre_core.scheduler.base import Policy, Snapshot
+from gyre_core.trajectory.format import Rollout
+
+TICK_S = 0.05
+MAX_SEQS = 16  # engine batch cap: the policy sizes rollout by it
+
+
+@dataclass
+class UnitSlot:
+    id: int
+    actor: Any
+    role: str
+    target: str
+    busy: bool = False  # a switch is in progress
+    dead: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"unit-{self.id}"
+
+
+@dataclass
+class Counters:
+    role_switches: int = 0
+    switch_s: list[float] = field(default_factory=list)
+    weight_sync_s: list[float] = field(default_factory=list)
+    train_s: list[float] = field(default_factory=list)
+    tokens_trained: int = 0
+    tokens_per_call: int = 0
+    step_metrics: list[dict[str, float]] = field(default_factory=list)
+
+
+class Loop:
+    """One run's state and the actions the policy asks for (see the module docstring)."""
+
+    def __init__(self, *, policy: Policy, units: list[UnitSlot], router: Router, trainer: Any,
+                 trainer_config: dict[str, Any], sink: ev.EventSink, clock: Callable[[], float],
+                 start_session: Callable[[int], Any], total: int, per_step: int, steps: int,
+                 staleness: int, drain_s: float, on_step: Callable[[list[Rollout], dict[str, Any]], None],
+                 ready: list[Rollout] | None = None, pending: list[int] | None = None) -> None:  # fmt: skip
+        self.policy, self.units, self.router, self.trainer = policy, units, router, trainer
+        self.trainer_config, self.sink, self.clock = trainer_config, sink, clock
+        self.start_session, self.on_step = start_session, on_step
+        self.total, self.per_step, self.steps = total, per_step, steps
+        self.staleness, self.drain_s = staleness, drain_s
+        self.ready: list[Rollout] = list(ready or [])
+        self.pending: list[int] = list(range(total) if pending is None else pending)
+        self.sessions: dict[int, asyncio.Task[Rollout]] = {}
+        self.training = False
+        self.counters = Counters()
+        self.state_ref: Any = ray.put(_cpu_state(trainer))
+        self.errors: list[BaseException] = []
+        self.background: set[asyncio.Task[Any]] = set()
+
+    # ------------------------------------------------------------------ the loop
+
+    async def run(self, should_stop: Callable[[], bool]) -> None:
+        while self.trainer.version < self.steps:
+            if self.errors:
+                raise self.errors[0]
+            if should_stop():
+                return
+            self._reap()
+            decision = self.policy.decide(self.snapshot())
+            for u, role in decision.targets.items():
+                slot = self.units[u]
+                if not slot.dead and not slot.busy and slot.target != role:
+                    self._spawn(self._switch(slot, role))
+            for _ in range(min(decision.admit, len(self.pending))):
+                idx = self.pending.pop(0)
+                self.sessions[idx] = asyncio.ensure_future(self.start_session(idx))
+            if decision.start_step and not self.training:
+                self.training = True
+                self._spawn(self._train_step())
+            await asyncio.sleep(TICK_S)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self.background.add(task)
+
+        def done(t: asyncio.Task[Any]) -> None:
+            self.background.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                self.errors.append(t.exception())  # type: ignore[arg-type]
+
+        task.add_done_callback(done)
+
+    def _reap(self) -> None:
+        for idx, task in list(self.sessions.items()):
+            if task.done():
+                del self.sessions[idx]
+                self.ready.append(task.result())
+
+    def snapshot(self) -> Snapshot:
+        calls = self.router.calls_by_engine()
+        pinned = self.router.sessions_by_engine()
+        started = self.total - len(self.pending)
+        return Snapshot(
+            t=self.clock(),
+            roles=tuple(IDLE if s.dead else s.role for s in self.units),
+            targets=tuple(IDLE if s.dead else s.target for s in self.units),
+            loads=tuple(calls.get(s.name, 0) for s in self.units),
+            affinity=tuple(pinned.get(s.name, 0) for s in self.units),
+            queued_calls=0,
+            active_sessions=len(self.sessions),
+            calls_in_flight=sum(calls.values()),
+            ready=len(self.ready),
+            ready_tokens=sum(_tokens(r) for r in self.ready),
+            started=started - (self.total - self.steps * self.per_step),
+            remaining=len(self.pending),
+            version=self.trainer.version,
+            steps_total=self.steps,
+            training=self.training,
+            rollouts_per_step=self.per_step,
+            staleness=self.staleness,
+            max_seqs_per_unit=MAX_SEQS,
+            switch_s=_mean(self.counters.switch_s, 1.0),
+            train_tok_s=_rate(self.counters),
+        )
+
+    # ------------------------------------------------------------------ role switches
+
+    async def _switch(self, slot: UnitSlot, to: str) -> None:
+        slot.busy, slot.target, before = True, to, slot.role
+        t0 = time.perf_counter()
+        self._role(slot, SWITCHING)
+        try:
+            if before == ROLLOUT:
+                await self.router.drain(slot.name, self.drain_s)
+                self.router.remove(slot.name)
+                await slot.actor.stop_engine.remote()
+            elif before == TRAIN:
+                await slot.actor.stop_trainer.remote()
+            if to == TRAIN:
+                await slot.actor.start_trainer.remote(self.trainer_config)
+            elif to == ROLLOUT:
+                await self.start_engine(slot)
+        except ray.exceptions.RayActorError:
+            slot.dead = True
+            self._role(slot, IDLE)
+            return
+        finally:
+            slot.busy = False
+        self.counters.switch_s.append(time.perf_counter() - t0)
+        self.counters.role_switches += 1
+        self._role(slot, to)
+
+    async def start_engine(self, slot: UnitSlot) -> None:
+        version = self.trainer.version
+        await slot.actor.start_engine.remote(self.state_ref, version, MAX_SEQS)
+        engine = RayEngine(slot.actor, version)
+        if self.trainer.version != version:  # a step published while the engine loaded
+            await engine.publish(self.state_ref, self.trainer.version)
+        self.router.add(slot.name, engine)
+
+    def _role(self, slot: UnitSlot, role: str) -> None:
+        if role == slot.role:
+            return
+        self.sink.emit(ev.RoleChange(t=self.clock(), unit=slot.id, gpus=[slot.id],
+                                     from_role=slot.role, to_role=role))  # fmt: skip
+        slot.role = role
+
+    def mark_dead(self, name: str) -> None:
+        for slot in self.units:
+            if slot.name == name and not slot.dead:
+                slot.dead = True
+                self._role(slot, IDLE)
+
+    # ------------------------------------------------------------------ training
+
+    async def _train_step(self) -> None:
+        try:
+            batch, self.ready = self.ready[: self.per_step], self.ready[self.per_step :]
+            version = self.trainer.version
+            t0 = time.perf_counter()
+            samples = self.trainer.prepare(batch, version)
+            from gyre_core.train.losses import count_fresh
+            from gyre_core.train.trainer import shard_by_tokens
+
+            total = count_fresh(samples, version, self.trainer.config.staleness_bound)
+            replicas = [s for s in self.units if s.role == TRAIN and not s.dead]
+            width = max(1, min(len(replicas), len(samples)))
+            shards = shard_by_tokens(samples, width)
+            results = await asyncio.gather(*(
+                r.actor.compute_grads.remote(self.state_ref, shard, max(total, 1) / width, version)
+                for r, shard in zip(replicas, shards, strict=False)
+            ))  # fmt: skip
+            metrics: dict[str, float] = {}
+            from gyre_core.train.losses import LossStats
+
+            stats = LossStats()
+            for _, st in results:
+                stats.add(st)
+            metrics.update(stats.summary(self.trainer.config.kl_coef))
+            if total:
+                metrics.update(self.trainer.apply([g for g, _ in results]))
+            else:  # nothing fresh enough: the version still advances so the run moves on
+                self.trainer.version += 1
+            train_s = time.perf_counter() - t0
+            self.counters.train_s.append(train_s)
+            self.counters.tokens_trained += int(sum(len(s) for s in samples))
+            t1 = time.perf_counter()
+            self.state_ref = ray.put(_cpu_state(self.trainer))
+            await self._publish()
+            self.counters.weight_sync_s.append(time.perf_counter() - t1)
+            metrics.update(
+                train_s=train_s, dp_width=float(width), weight_sync_s=time.perf_counter() - t1
+            )
+            self.on_step(batch, metrics)
+        finally:
+            self.training = False
+
+    async def _publish(self) -> None:
+        version = self.trainer.version
+        live = [s for s in self.units if s.role == ROLLOUT and not s.dead]
+        await asyncio.gather(
+            *(s.actor.publish.remote(self.state_ref, version) for s in live), return_exceptions=True
+        )
+        for s in live:
+            engine = self.router.engine(s.name)
+            if isinstance(engine, RayEngine):
+                engine._version = version
+
+    async def settle(self) -> None:
+        """Wait for switches in flight; cancel sessions still running (the run is over)."""
+        for task in list(self.sessions.values()):
+            task.cancel()
+        await asyncio.gather(*self.sessions.values(), return_exceptions=True)
+        self.sessions.clear()
+        await asyncio.gather(*self.background, return_exceptions=True)
+
+
+def _tokens(r: Rollout) -> int:
+    return sum(len(c.prompt_ids) + len(c.completion_ids) for c in r.calls)
+
+
+def _mean(xs: list[float], default: float) -> float:
+    return sum(xs) / len(xs) if xs else default
+
+
+def _rate(c: Counters) -> float:
+    secs = sum(c.train_s)
+    return c.tokens_trained / secs if secs > 0 else 2000.0
+
+
+def _cpu_state(trainer: Any) -> dict[str, Any]:
+    return {k: v.detach().cpu().clone() for k, v in trainer.model.state_dict().items()}
+
+
+def role_counts(units: list[UnitSlot]) -> dict[str, int]:
+    return dict(Counter(IDLE if s.dead else s.role for s in units))

@@ -1,0 +1,186 @@
+"""The Ray side of a real run: start or join a cluster, and the unit actor.
+
+A *unit* is one Ray actor holding ``gpu_unit`` resources (a custom resource, so the GPU
+scheduling code runs for real on a CPU machine; ``num_gpus`` on a GPU cluster). It serves
+in one role at a time: an inference engine (a :class:`TorchEngine`) while in rollout, a
+data-parallel training replica (gradients of its shard) while in train. Switching role
+frees the one and builds the other in the same process; sessions never live on a unit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+from ray.exceptions import RayActorError
+
+from gyre_core.rollout.engine import Completion, EngineLoad, SamplingParams
+
+RESOURCE = "gpu_unit"
+
+
+def start_ray(address: str, units: int, gpus_per_unit: int, object_store_mb: int) -> bool:
+    """Join ``address`` (or ``RAY_ADDRESS``), else start a local cluster with ``units *
+    gpus_per_unit`` ``gpu_unit`` resources. Returns True when this call started Ray."""
+    if ray.is_initialized():
+        return False
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    address = address or os.environ.get("RAY_ADDRESS", "")
+    if address:
+        ray.init(address=address, log_to_driver=False)
+        return True
+    ray.init(
+        resources={RESOURCE: units * gpus_per_unit},
+        num_cpus=max(2, os.cpu_count() or 2),
+        object_store_memory=object_store_mb * 1024 * 1024,
+        _temp_dir=f"/tmp/gyre-ray-{os.getuid()}",  # short: Ray's socket paths are length-capped
+        include_dashboard=False,
+        log_to_driver=False,
+    )
+    return True
+
+
+@ray.remote(num_cpus=0)
+class UnitActor:
+    """One unit's process. All methods are coroutines: Ray runs them on one event loop, so
+    many ``generate`` calls interleave in the engine's continuous batch."""
+
+    def __init__(self, unit: int, checkpoint: str, threads: int = 1) -> None:
+        torch.set_num_threads(threads)
+        self.unit, self.checkpoint = unit, checkpoint
+        self.engine: Any = None
+        self.trainer: Any = None
+
+    async def pid(self) -> int:
+        return os.getpid()
+
+    # ------------------------------------------------------------------ rollout role
+
+    async def start_engine(self, state: dict[str, torch.Tensor] | None, version: int,
+                           max_batch: int) -> float:  # fmt: skip
+        from transformers import AutoModelForCausalLM
+
+        from gyre_core.rollout.torch_engine import TorchEngine
+
+        t0 = time.perf_counter()
+        model = AutoModelForCausalLM.from_pretrained(self.checkpoint, dtype=torch.float32)
+        if state is not None:
+            model.load_state_dict(state, strict=False)
+            model.tie_weights()
+        self.engine = TorchEngine(model, version=version, max_batch=max_batch)
+        return time.perf_counter() - t0
+
+    async def stop_engine(self) -> None:
+        self.engine = None
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams,
+                       request_id: str) -> Completion:  # fmt: skip
+        if self.engine is None:
+            raise RuntimeError(f"unit {self.unit} is not serving")
+        out: Completion = await self.engine.generate(prompt_ids, params, request_id=request_id)
+        return out
+
+    async def abort(self, request_id: str) -> bool:
+        return bool(self.engine is not None and await self.engine.abort(request_id))
+
+    async def pause(self) -> None:
+        if self.engine is not None:
+            await self.engine.pause()
+
+    async def resume(self) -> None:
+        if self.engine is not None:
+            await self.engine.resume()
+
+    async def publish(self, state: dict[str, torch.Tensor], version: int) -> None:
+        if self.engine is not None:
+            await self.engine.pause()
+            await self.engine.publish(state, version)
+            await self.engine.resume()
+
+    async def load(self) -> EngineLoad:
+        if self.engine is None:
+            return EngineLoad(0, 0)
+        out: EngineLoad = await self.engine.load()
+        return out
+
+    # ------------------------------------------------------------------ train role
+
+    async def start_trainer(self, trainer_config: dict[str, Any]) -> float:
+        from transformers import AutoModelForCausalLM
+
+        from gyre_core.train.trainer import Trainer, TrainerConfig
+
+        t0 = time.perf_counter()
+        model = AutoModelForCausalLM.from_pretrained(self.checkpoint, dtype=torch.float32)
+        self.trainer = Trainer(model, TrainerConfig.from_dict(trainer_config))
+        return time.perf_counter() - t0
+
+    async def stop_trainer(self) -> None:
+        self.trainer = None
+
+    async def compute_grads(self, state: dict[str, torch.Tensor], samples: list[Any],
+                            normalise: float, version: int) -> tuple[dict[str, Any], Any]:  # fmt: skip
+        if self.trainer is None:
+            raise RuntimeError(f"unit {self.unit} is not training")
+        trainer = self.trainer
+
+        def work() -> tuple[dict[str, Any], Any]:
+            trainer.model.load_state_dict(state, strict=False)
+            trainer.model.tie_weights()
+            grads, stats = trainer.compute_grads(samples, normalise, current_version=version)
+            return grads, stats
+
+        return await asyncio.to_thread(work)
+
+
+class RayEngine:
+    """The :class:`~gyre_core.rollout.engine.Engine` protocol over a unit actor. A dead
+    actor surfaces as ``ConnectionError``, which the router treats as engine death."""
+
+    def __init__(self, actor: Any, version: int) -> None:
+        self.actor = actor
+        self._version = version
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams, *,
+                       request_id: str) -> Completion:  # fmt: skip
+        try:
+            out: Completion = await self.actor.generate.remote(prompt_ids, params, request_id)
+        except RayActorError as exc:
+            raise ConnectionError(f"unit actor died: {exc}") from None
+        return out
+
+    async def abort(self, request_id: str) -> bool:
+        try:
+            return bool(await self.actor.abort.remote(request_id))
+        except RayActorError:
+            return False
+
+    async def pause(self) -> None:
+        await self.actor.pause.remote()
+
+    async def resume(self) -> None:
+        await self.actor.resume.remote()
+
+    async def publish(self, state_dict_path: Any, version: int) -> None:
+        await self.actor.publish.remote(state_dict_path, version)
+        self._version = version
+
+    async def load(self) -> EngineLoad:
+        try:
+            out: EngineLoad = await self.actor.load.remote()
+        except RayActorError:
+            return EngineLoad(0, 0)
+        return out
+
+
+def checkpoint_dir(path: str | Path) -> str:
+    return str(Path(path).resolve())

@@ -1,0 +1,141 @@
+"""``backend: real``: agent sessions on engines served by Ray unit actors, a trainer
+updating the policy from deduplicated trees, and the configured policy moving units
+between rollout and training (see :mod:`gyre_core.runtime.loop`).
+
+The driver process holds the sessions (asyncio tasks), the router and the master copy of
+the weights with the optimizer; units hold engines or training replicas. Resume: the
+checkpoint of the last step records which rollouts were trained and which finished but
+were not yet; the rest run again (none is trained twice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+
+from gyre_core import events as ev
+from gyre_core.cluster import ROLLOUT, TRAIN
+from gyre_core.config import RunConfig
+from gyre_core.rollout.router import Router
+from gyre_core.runtime.loop import Loop, UnitSlot
+from gyre_core.runtime.ray_backend import UnitActor, start_ray
+from gyre_core.runtime.session import SessionFactory, make_model_dir
+from gyre_core.scheduler.policies import make_policy
+from gyre_core.trajectory.format import Rollout, read_rollouts
+from gyre_core.trajectory.writer import write_rollouts
+
+
+def run_real(
+    cfg: RunConfig,
+    *,
+    sink: ev.EventSink,
+    workdir: Path,
+    should_stop: Callable[[], bool],
+    resume: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    say = progress or (lambda _line: None)
+    torch.manual_seed(cfg.seed)
+    model_dir = make_model_dir(cfg, workdir)
+    started_ray = start_ray(cfg.cluster.ray_address, cfg.cluster.units,
+                            cfg.cluster.gpus_per_unit, cfg.cluster.object_store_mb)  # fmt: skip
+    try:
+        return asyncio.run(_run(cfg, sink, workdir, model_dir, should_stop, resume, say))
+    finally:
+        if started_ray:
+            ray.shutdown()
+
+
+async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Path,
+               should_stop: Callable[[], bool], resume: bool,
+               say: Callable[[str], None]) -> dict[str, Any]:  # fmt: skip
+    t_start = time.perf_counter()
+
+    def clock() -> float:
+        return round(time.perf_counter() - t_start, 3)
+
+    factory = SessionFactory(cfg, model_dir, sink, clock)
+    trainer = factory.make_trainer()
+    per_step = cfg.rollout.tasks_per_step * cfg.rollout.group_size
+    total = cfg.steps * per_step
+    ckpt_root = workdir / "checkpoints"
+    ready: list[Rollout] = []
+    pending: list[int] | None = None
+    if resume and (state := factory.restore(trainer, ckpt_root)) is not None:
+        ready, pending = state
+        say(f"resumed at version {trainer.version}: {len(ready)} rollouts ready, "
+            f"{len(pending)} to run")  # fmt: skip
+    sink.emit(ev.RunStatus(t=clock(), status="running", step=trainer.version, message=cfg.policy))
+
+    units_n = cfg.cluster.units
+    split = None
+    if cfg.policy == "async" and cfg.scheduler.rollout_units:
+        split = (cfg.scheduler.rollout_units, units_n - cfg.scheduler.rollout_units)
+    policy = make_policy(cfg.policy, units_n, split)
+    roles = policy.initial_roles(units_n)
+    router = Router({}, mode=cfg.scheduler.switch_mode)  # type: ignore[arg-type]
+    opts = {"resources": {"gpu_unit": cfg.cluster.gpus_per_unit}}
+    slots = [
+        UnitSlot(u, UnitActor.options(**opts).remote(u, str(model_dir)), ROLLOUT, ROLLOUT)  # type: ignore[attr-defined]
+        for u in range(units_n)
+    ]
+    if trainer.version == 0 and cfg.train.warm_start_steps:
+        say(f"warm start: {cfg.train.warm_start_steps} supervised steps on scripted demos")
+        await factory.warm_start(trainer)
+
+    def on_step(batch: list[Rollout], metrics: dict[str, Any]) -> None:
+        factory.step_done(trainer, batch, metrics, loop, ckpt_root)
+
+    loop = Loop(policy=policy, units=slots, router=router, trainer=trainer,
+                trainer_config=factory.trainer_config.to_dict(), sink=sink, clock=clock,
+                start_session=lambda i: factory.session(i, router, loop), total=total,
+                per_step=per_step, steps=cfg.steps, staleness=cfg.scheduler.staleness_bound,
+                drain_s=cfg.scheduler.drain_deadline_s, on_step=on_step, ready=ready,
+                pending=pending)  # fmt: skip
+    router.on_dead = loop.mark_dead
+    router.on_migrate = factory.migrated
+    # Bring every unit up in its initial role (engines load the current weights).
+    await asyncio.gather(*(loop.start_engine(s) for s in slots))
+    for slot, role in zip(slots, roles, strict=True):
+        slot.target = role
+    await asyncio.gather(*(loop._switch(s, TRAIN) for s in slots if s.target == TRAIN))
+    before = await factory.benchmark(router, trainer.version)
+    say(f"benchmark before: {before:.3f}")
+    cancelled = False
+    try:
+        await loop.run(should_stop)
+        cancelled = trainer.version < cfg.steps
+    finally:
+        await loop.settle()
+    if not cancelled:
+        for s in slots:  # the final benchmark needs engines: bring trainers back if none serve
+            if not any(x.role == ROLLOUT and not x.dead for x in slots) and not s.dead:
+                await loop._switch(s, ROLLOUT)
+        after = await factory.benchmark(router, trainer.version)
+        say(f"benchmark after: {after:.3f}")
+    for s in slots:
+        ray.kill(s.actor)
+    if cancelled:
+        sink.emit(ev.RunStatus(t=clock(), status="cancelled", step=trainer.version,
+                               message="cancelled by user"))  # fmt: skip
+        return {"policy": cfg.policy, "backend": "real", "status": "cancelled",
+                "steps": trainer.version}  # fmt: skip
+    summary = factory.summary(loop, router, before, after, time.perf_counter() - t_start)
+    (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
+    sink.emit(ev.RunStatus(t=clock(), status="succeeded", step=trainer.version, message=""))
+    return summary
+
+
+def load_ready(path: Path) -> list[Rollout]:
+    return list(read_rollouts(path)) if path.exists() else []
+
+
+def save_ready(path: Path, rollouts: list[Rollout]) -> None:
+    write_rollouts(path, rollouts)

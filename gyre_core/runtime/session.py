@@ -1,0 +1,235 @@
+"""What a real run does around the loop: the model, the trainer, the agent sessions, the
+benchmark, per-step bookkeeping (events, checkpoints) and the summary."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from gyre_core import events as ev
+from gyre_core.config import RunConfig
+from gyre_core.envs import repo_suite
+from gyre_core.rollout.agents import ModelAgent, ScriptedAgent
+from gyre_core.rollout.harness import HarnessConfig, run_session
+from gyre_core.rollout.router import Router
+from gyre_core.rollout.task_env import make_env
+from gyre_core.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from gyre_core.train.trainer import Trainer, TrainerConfig
+from gyre_core.trajectory.format import Rollout, read_rollouts
+from gyre_core.trajectory.stats import tree_stats
+from gyre_core.trajectory.tree import build_trees
+from gyre_core.trajectory.writer import write_rollouts
+
+if TYPE_CHECKING:
+    from gyre_core.runtime.loop import Loop
+
+BENCH_SEED = 10_000_019  # benchmark episodes are seeded apart from training ones
+
+
+def make_model_dir(cfg: RunConfig, workdir: Path) -> Path:
+    """The configured checkpoint, or a tiny Qwen3 built (once) in the work folder."""
+    if cfg.model.checkpoint:
+        return Path(cfg.model.checkpoint)
+    out = workdir / "model"
+    if not (out / "config.json").exists():
+        from gyre_core.models.init import init_checkpoint
+
+        h = cfg.model.hidden_size
+        init_checkpoint(out, vocab_size=1024, layers=cfg.model.layers, hidden=h,
+                        heads=max(1, h // 32), kv_heads=1, head_dim=32, intermediate=2 * h,
+                        max_positions=4096, seed=cfg.seed, overwrite=True)  # fmt: skip
+    return out
+
+
+def _task_index(cfg: RunConfig, k: int) -> int:
+    """The ``k``-th task of the configured size (make_env cycles sizes by index)."""
+    return k * len(repo_suite.SIZES) + repo_suite.SIZES.index(cfg.rollout.size)
+
+
+class SessionFactory:
+    def __init__(self, cfg: RunConfig, model_dir: Path, sink: ev.EventSink,
+                 clock: Callable[[], float]) -> None:  # fmt: skip
+        self.cfg, self.model_dir, self.sink, self.clock = cfg, model_dir, sink, clock
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        r = cfg.rollout
+        self.harness = HarnessConfig(
+            max_turns=r.max_turns, context_budget=r.context_budget,
+            max_new_tokens=r.max_new_tokens, temperature=r.temperature,
+            time_budget_s=r.time_budget_s or None, token_budget=r.token_budget,
+            tool_time_scale=r.tool_time_scale,
+        )  # fmt: skip
+        t = cfg.train
+        self.trainer_config = TrainerConfig(
+            lr=t.lr, max_grad_norm=t.max_grad_norm, clip_low=t.clip_low, clip_high=t.clip_high,
+            kl_coef=t.kl_coef, max_tokens=t.max_tokens,
+            staleness_bound=cfg.scheduler.staleness_bound, seed=cfg.seed,
+        )  # fmt: skip
+        self.migrations = 0
+        self.rollouts_done = 0
+        self.tokens_per_call = 0
+        self.tokens_unique = 0
+        self.step_rows: list[dict[str, Any]] = []
+        self.trained_ids: set[str] = set()  # rollouts already trained (kept in checkpoints)
+
+    def make_trainer(self) -> Trainer:
+        model = AutoModelForCausalLM.from_pretrained(str(self.model_dir), dtype=torch.float32)
+        ref = None
+        if self.cfg.train.kl_coef > 0:
+            ref = AutoModelForCausalLM.from_pretrained(str(self.model_dir), dtype=torch.float32)
+        return Trainer(model, self.trainer_config, ref)
+
+    # ------------------------------------------------------------------ sessions
+
+    def _group(self, idx: int) -> tuple[int, str, int]:
+        g = self.cfg.rollout.group_size
+        per_step = self.cfg.rollout.tasks_per_step * g
+        task = idx // g
+        return task, f"step{idx // per_step}-task{task}", idx // per_step
+
+    async def session(self, idx: int, router: Router, loop: Loop) -> Rollout:
+        task, group, step = self._group(idx)
+        env = make_env(self.cfg.rollout.suite, "train", _task_index(self.cfg, task),
+                       self.cfg.seed * 1_000_003 + idx, suite_seed=self.cfg.seed)  # fmt: skip
+        try:
+            rollout = await run_session(
+                env, ModelAgent(router, self.tokenizer), self.tokenizer, self.harness,
+                rollout_id=f"r{idx}", group_id=group, sink=self.sink,
+                seed=self.cfg.seed * 1_000_003 + idx, step=step,
+            )  # fmt: skip
+        finally:
+            env.close()
+        if self.cfg.rollout.reward == "binary":
+            rollout.reward = 1.0 if rollout.progress >= 1.0 else 0.0
+        self.rollouts_done += 1
+        return rollout
+
+    def migrated(self, session_id: str, src: str, dst: str, kept: int) -> None:
+        self.migrations += 1
+        self.sink.emit(ev.CallMigrated(
+            t=self.clock(), rollout_id=session_id.split("/sub-")[0],
+            from_unit=int(src.rsplit("-", 1)[1]), to_unit=int(dst.rsplit("-", 1)[1]),
+            tokens_kept=kept,
+        ))  # fmt: skip
+
+    async def benchmark(self, router: Router, version: int) -> float:
+        """Mean progress on the held-out split, greedy, one session per task."""
+        greedy = HarnessConfig(**{**_fields(self.harness), "temperature": 0.0})
+        n = self.cfg.rollout.benchmark_tasks
+
+        async def one(k: int) -> float:
+            env = make_env(self.cfg.rollout.suite, "benchmark", _task_index(self.cfg, k),
+                           BENCH_SEED + k, suite_seed=self.cfg.seed)  # fmt: skip
+            try:
+                r = await run_session(env, ModelAgent(router, self.tokenizer), self.tokenizer,
+                                      greedy, rollout_id=f"bench-v{version}-{k}")  # fmt: skip
+            finally:
+                env.close()
+            return r.progress
+
+        scores = await asyncio.gather(*(one(k) for k in range(n)))
+        score = round(sum(scores) / n, 4)
+        self.sink.emit(ev.Benchmark(t=self.clock(), step=version,
+                                    suite=f"{self.cfg.rollout.suite}-{self.cfg.rollout.size}",
+                                    score=score, tasks=n))  # fmt: skip
+        return score
+
+    async def warm_start(self, trainer: Trainer) -> None:
+        """Supervised steps on scripted demonstrations of training tasks."""
+        demos = []
+        for k in range(self.cfg.rollout.tasks_per_step):
+            env = make_env(self.cfg.rollout.suite, "train", _task_index(self.cfg, 10_000 + k),
+                           k, suite_seed=self.cfg.seed)  # fmt: skip
+            try:
+                demos.append(await run_session(
+                    env, ScriptedAgent(env, self.tokenizer), self.tokenizer, self.harness,
+                    rollout_id=f"demo{k}",
+                ))  # fmt: skip
+            finally:
+                env.close()
+        samples = trainer.prepare(demos, trainer.version)
+        for _ in range(self.cfg.train.warm_start_steps):
+            trainer.sft_step(samples)
+        trainer.version = 0  # the warm-started weights are the RL run's version 0
+
+    # ------------------------------------------------------------------ steps
+
+    def step_done(self, trainer: Trainer, batch: list[Rollout], metrics: dict[str, Any],
+                  loop: Loop, ckpt_root: Path) -> None:  # fmt: skip
+        trees = build_trees(batch)
+        stats = tree_stats(trees.values())
+        self.tokens_per_call += stats["tokens_per_call"]
+        self.tokens_unique += stats["tokens_unique"]
+        for gid, tree in trees.items():
+            one = tree_stats([tree])
+            self.sink.emit(ev.TreeReady(t=self.clock(), group_id=gid, rollouts=one["rollouts"],
+                                        tokens_unique=one["tokens_unique"],
+                                        tokens_per_call=one["tokens_per_call"],
+                                        nodes=one["nodes"]))  # fmt: skip
+        reward = sum(r.reward if r.reward is not None else r.progress for r in batch) / len(batch)
+        metrics = {**metrics, "reward": reward, "dedup_ratio": stats["dedup_vs_call"],
+                   "rollouts": float(len(batch))}  # fmt: skip
+        clean = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)}
+        self.step_rows.append(clean)
+        self.sink.emit(ev.StepFinished(t=self.clock(), step=trainer.version,
+                                       version=trainer.version, metrics=clean))  # fmt: skip
+        if trainer.version % self.cfg.checkpoint_every == 0 or trainer.version == self.cfg.steps:
+            trained = {r.rollout_id for r in batch}
+            self.trained_ids |= trained
+            path = save_checkpoint(ckpt_root, trainer, {
+                "trained": sorted(self.trained_ids), "ready": [r.rollout_id for r in loop.ready],
+            })  # fmt: skip
+            write_rollouts(path / "ready.jsonl", loop.ready)
+        else:
+            self.trained_ids |= {r.rollout_id for r in batch}
+
+    def restore(self, trainer: Trainer, root: Path) -> tuple[list[Rollout], list[int]] | None:
+        path = latest_checkpoint(root)
+        if path is None:
+            return None
+        ck = load_checkpoint(path, trainer)
+        self.trained_ids = set(ck.data_position["trained"])
+        ready = list(read_rollouts(path / "ready.jsonl")) if (path / "ready.jsonl").exists() else []
+        done = self.trained_ids | {r.rollout_id for r in ready}
+        total = self.cfg.steps * self.cfg.rollout.tasks_per_step * self.cfg.rollout.group_size
+        pending = [i for i in range(total) if f"r{i}" not in done]
+        return ready, pending
+
+    def summary(self, loop: Loop, router: Router, before: float, after: float,
+                wall_s: float) -> dict[str, Any]:  # fmt: skip
+        c = loop.counters
+        steps = self.step_rows
+        return {
+            "policy": self.cfg.policy,
+            "backend": "real",
+            "status": "succeeded",
+            "steps": loop.trainer.version,
+            "wall_s": round(wall_s, 2),
+            "benchmark_before": before,
+            "benchmark_after": after,
+            "sessions_restarted": router.stats.sessions_restarted,
+            "role_switches": c.role_switches,
+            "calls_migrated": router.stats.calls_migrated,
+            "tokens_reprefilled": router.stats.tokens_reprefilled,
+            "tokens_discarded": router.stats.tokens_discarded,
+            "tokens_trained": c.tokens_trained,
+            "dedup_vs_call": round(self.tokens_per_call / max(1, self.tokens_unique), 4),
+            "switch_s_mean": round(sum(c.switch_s) / max(1, len(c.switch_s)), 3),
+            "weight_sync_s_mean": round(sum(c.weight_sync_s) / max(1, len(c.weight_sync_s)), 3),
+            "train_s_mean": round(sum(c.train_s) / max(1, len(c.train_s)), 3),
+            "reward_by_step": [round(s.get("reward", 0.0), 4) for s in steps],
+            "switch_mode": self.cfg.scheduler.switch_mode,
+        }
+
+
+def _fields(h: HarnessConfig) -> dict[str, Any]:
+    return {k: getattr(h, k) for k in h.__dataclass_fields__}
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"))
