@@ -1,0 +1,100 @@
+"""The real backend end to end: Ray unit actors, real engines, real role switches."""
+
+import json
+import threading
+
+import pytest
+import ray
+
+from gyre_core.config import RunConfig
+from gyre_core.events import ListSink
+from gyre_core.runtime import run_job
+from gyre_core.runtime.ray_backend import start_ray
+from gyre_core.train.checkpoint import latest_checkpoint
+
+pytestmark = pytest.mark.slow
+
+BASE = {
+    "steps": 2,
+    "cluster": {"units": 4},
+    "scheduler": {"drain_deadline_s": 0.0},
+    "rollout": {
+        "tasks_per_step": 1,
+        "group_size": 2,
+        "benchmark_tasks": 1,
+        "max_turns": 4,
+        "max_new_tokens": 12,
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    start_ray("", 4, 1, 128)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from gyre_core.runtime.session import make_model_dir
+
+    return make_model_dir(RunConfig.from_dict(BASE), tmp_path_factory.mktemp("m"))
+
+
+def _cfg(model_dir, **over):
+    d = {**BASE, **over, "model": {"checkpoint": str(model_dir)}}
+    return RunConfig.from_dict(d)
+
+
+def test_elastic_run_switches_roles_without_restarting_sessions(ray_cluster, model_dir, tmp_path):
+    sink = ListSink()
+    out = run_job(_cfg(model_dir), sink=sink, workdir=tmp_path)
+    kinds = [e.kind for e in sink.events]
+    assert out["status"] == "succeeded" and out["steps"] == 2
+    assert out["sessions_restarted"] == 0 and out["role_switches"] >= 1
+    assert kinds.count("step_finished") == 2 and kinds.count("benchmark") == 2
+    assert kinds.count("rollout_finished") >= 4 and "tree_ready" in kinds
+    to_train = [e for e in sink.events if e.kind == "role_change" and e.to_role == "train"]
+    assert to_train, "elastic starts with half the units training"
+    for key in (
+        "benchmark_before",
+        "benchmark_after",
+        "calls_migrated",
+        "tokens_trained",
+        "dedup_vs_call",
+        "wall_s",
+        "policy",
+    ):
+        assert key in out
+    assert 0.0 <= out["benchmark_after"] <= 1.0 and out["dedup_vs_call"] > 1.0
+
+
+def test_resume_continues_from_the_checkpoint_without_retraining(ray_cluster, model_dir, tmp_path):
+    first = run_job(_cfg(model_dir, steps=1), sink=ListSink(), workdir=tmp_path)
+    assert first["steps"] == 1
+    ck1 = latest_checkpoint(tmp_path / "checkpoints")
+    trained1 = set(_data(ck1)["trained"])
+    out = run_job(_cfg(model_dir, steps=2), sink=ListSink(), workdir=tmp_path, resume=True)
+    assert out["steps"] == 2
+    trained2 = set(_data(latest_checkpoint(tmp_path / "checkpoints"))["trained"])
+    assert trained1 < trained2 and len(trained2) == 4  # 2 steps x 2 rollouts, none twice
+
+
+def test_cancel_is_prompt_and_reported(ray_cluster, model_dir, tmp_path):
+    stop = threading.Event()
+    sink = ListSink()
+
+    class Watch:
+        def emit(self, e):
+            sink.emit(e)
+            if e.kind == "rollout_started":
+                stop.set()
+
+    out = run_job(_cfg(model_dir, steps=5), sink=Watch(), workdir=tmp_path, should_stop=stop.is_set)
+    assert out["status"] == "cancelled" and out["steps"] < 5
+    assert sink.events[-1].kind == "run_status" and sink.events[-1].status == "cancelled"
+
+
+def _data(path):
+    return json.loads((path / "state.json").read_text())["data_position"]
