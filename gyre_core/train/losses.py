@@ -1,0 +1,214 @@
+"""Policy losses on tree-packed samples, with staleness correction, in a registry.
+
+Every generated token carries the log-probability its behaviour policy gave it and that
+policy's version. Per trainable token the trainer hands a loss the new log-probability
+``logp`` (with gradient), the behaviour log-probability, the advantage (the token's loss
+weight from ``assign_weights``) and, when a reference model is configured, its
+log-probability. A loss returns a per-token objective to *minimise* and which tokens its
+clipping made inert.
+
+``ppo`` (the default) is the decoupled, importance-weighted PPO objective: the ratio
+``r = exp(logp - logp_behaviour)`` corrects for the tokens having been sampled by an older
+policy, and is clipped to ``[1 - clip_low, 1 + clip_high]`` so that a stale token cannot
+pull the policy far. ``ratio_cap`` (optional) truncates the importance weight of a token
+with a negative advantage, whose PPO objective is otherwise unbounded in ``r`` (dual-clip).
+``decoupled`` separates the two roles (see its docstring). ``pg`` is the plain importance-free policy gradient ``-A * logp``, as ``tree_pg_loss``.
+
+Tokens whose version is older than ``current_version - staleness_bound`` are never
+trained: :func:`fresh_mask` removes them before any loss sees them, and they are counted.
+The KL penalty to a frozen reference uses the ``k3`` estimator
+``exp(ref - logp) - (ref - logp) - 1`` (unbiased, always >= 0, low variance).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+
+from gyre_core.trajectory.sample import PackedSample
+
+
+@dataclass(frozen=True, slots=True)
+class LossSettings:
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    ratio_cap: float | None = None
+    kl_coef: float = 0.0
+
+
+@dataclass(slots=True)
+class TokenBatch:
+    """The trained tokens of one sample, flattened: every tensor is ``[n]``."""
+
+    logp: torch.Tensor  # new log-probs, with gradient
+    behaviour: torch.Tensor  # log-probs recorded at generation
+    advantage: torch.Tensor
+    ref_logp: torch.Tensor | None = None  # frozen reference model's log-probs
+
+
+# A loss: (tokens, settings) -> (per-token objective to minimise [n], clipped [n] bool).
+LossFn = Callable[[TokenBatch, LossSettings], tuple[torch.Tensor, torch.Tensor]]
+LOSSES: dict[str, LossFn] = {}
+
+
+def register_loss(name: str) -> Callable[[LossFn], LossFn]:
+    def add(fn: LossFn) -> LossFn:
+        if name in LOSSES:
+            raise ValueError(f"a loss named {name!r} is already registered")
+        LOSSES[name] = fn
+        return fn
+
+    return add
+
+
+def get_loss(name: str) -> LossFn:
+    try:
+        return LOSSES[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown loss {name!r}; registered: {', '.join(sorted(LOSSES))}"
+        ) from None
+
+
+@register_loss("ppo")
+def ppo_loss(batch: TokenBatch, s: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    adv = batch.advantage
+    ratio = torch.exp(batch.logp - batch.behaviour)
+    clipped_ratio = ratio.clamp(1.0 - s.clip_low, 1.0 + s.clip_high)
+    # The pessimistic (smaller) of the two objectives; where the clipped one wins and is
+    # constant in logp, the token has no gradient.
+    objective = torch.minimum(ratio * adv, clipped_ratio * adv)
+    clipped = (clipped_ratio * adv < ratio * adv).detach()
+    if s.ratio_cap is not None:
+        capped = (adv < 0) & (ratio > s.ratio_cap)
+        objective = torch.where(capped, (s.ratio_cap * adv).to(objective.dtype), objective)
+        clipped = clipped | capped.detach()
+    return -objective, clipped
+
+
+@register_loss("decoupled")
+def decoupled_ppo_loss(batch: TokenBatch, s: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """Decoupled PPO: the staleness correction is a separate, detached importance weight
+    ``pi_prox / pi_behaviour`` (truncated at ``ratio_cap``), and the clipped ratio is taken
+    against the proximal policy ``pi_prox`` -- the weights as they are now, so it is 1 at
+    the one optimizer step a batch gets and clipping binds only on reuse."""
+    adv = batch.advantage
+    prox = batch.logp.detach()
+    weight = torch.exp(prox - batch.behaviour)
+    capped = torch.zeros_like(weight, dtype=torch.bool)
+    if s.ratio_cap is not None:
+        capped = weight > s.ratio_cap
+        weight = weight.clamp(max=s.ratio_cap)
+    ratio = torch.exp(batch.logp - prox)
+    clipped_ratio = ratio.clamp(1.0 - s.clip_low, 1.0 + s.clip_high)
+    objective = weight * torch.minimum(ratio * adv, clipped_ratio * adv)
+    clipped = (clipped_ratio * adv < ratio * adv).detach() | capped
+    return -objective, clipped
+
+
+@register_loss("pg")
+def pg_loss(batch: TokenBatch, s: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    return -batch.advantage * batch.logp, torch.zeros_like(batch.logp, dtype=torch.bool)
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token ``k3`` estimate of KL(policy || reference) from sampled tokens."""
+    d = ref_logp - logp
+    return torch.exp(d) - d - 1.0
+
+
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of each row's softmax, ``[rows]`` (float32 or wider)."""
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    logp = torch.log_softmax(logits, dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def fresh_mask(
+    sample: PackedSample, current_version: int, staleness_bound: int
+) -> tuple[np.ndarray, int]:
+    """Trainable tokens recent enough to train, and how many trainable ones were too old.
+
+    A token of version ``v`` is trained iff ``v >= current_version - staleness_bound``.
+    """
+    stale = sample.trainable & (sample.version < current_version - staleness_bound)
+    return sample.trainable & ~stale, int(stale.sum())
+
+
+def count_fresh(samples: list[PackedSample], current_version: int, staleness_bound: int) -> int:
+    """Tokens a batch will train: the normaliser that makes the loss a per-token mean."""
+    return sum(int(fresh_mask(s, current_version, staleness_bound)[0].sum()) for s in samples)
+
+
+@dataclass(slots=True)
+class LossStats:
+    """Detached sums over trained tokens; ``summary`` turns them into per-token means.
+
+    Sums (not means) so that shards and samples add up in any order or grouping."""
+
+    objective: float = 0.0  # sum of the per-token objective (before normalising)
+    kl: float = 0.0
+    entropy: float = 0.0
+    clipped: float = 0.0
+    ratio: float = 0.0
+    tokens: float = 0.0
+    stale_dropped: float = 0.0
+    staleness: float = 0.0
+    samples: float = 0.0
+
+    def add(self, other: LossStats) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def summary(self, kl_coef: float) -> dict[str, float]:
+        n = self.tokens
+
+        def mean(x: float) -> float:
+            return x / n if n else float("nan")
+
+        return {
+            "loss": mean(self.objective + kl_coef * self.kl),
+            "kl": mean(self.kl),
+            "entropy": mean(self.entropy),
+            "clip_fraction": mean(self.clipped),
+            "ratio_mean": mean(self.ratio),
+            "tokens": n,
+            "stale_dropped": self.stale_dropped,
+            "staleness_mean": mean(self.staleness),
+            "samples": self.samples,
+        }
+
+
+def combine_loss(
+    fn: LossFn,
+    batch: TokenBatch,
+    settings: LossSettings,
+    normalise: float,
+) -> tuple[torch.Tensor, LossStats]:
+    """The sample's share of the batch loss, ``sum(objective + kl_coef * kl) / normalise``,
+    and its detached stats (entropy and staleness are filled in by the caller)."""
+    if not normalise > 0:
+        raise ValueError(f"normalise must be positive, got {normalise}")
+    if not bool(torch.isfinite(batch.behaviour).all()):
+        raise ValueError("a trained token has no behaviour log-prob (nan or inf)")
+    per_token, clipped = fn(batch, settings)
+    total = per_token.sum()
+    kl = torch.zeros((), dtype=per_token.dtype, device=per_token.device)
+    if batch.ref_logp is not None:
+        kl = k3_kl(batch.logp, batch.ref_logp).sum()
+        if settings.kl_coef:
+            total = total + settings.kl_coef * kl
+    with torch.no_grad():
+        ratio = torch.exp(batch.logp - batch.behaviour)
+        stats = LossStats(
+            objective=float(per_token.sum()),
+            kl=float(kl),
+            clipped=float(clipped.sum()),
+            ratio=float(ratio.sum()),
+            tokens=float(len(batch.logp)),
+            samples=1.0,
+        )
+    return total / normalise, stats

@@ -1,0 +1,417 @@
+"""The trainer: rollouts -> packed samples -> staleness-corrected policy loss -> AdamW step.
+
+One step is ``prepare`` (trees, advantages, packing) -> shard the samples across ``dp_width``
+data-parallel replicas, balanced by tokens -> ``compute_grads`` per shard -> ``apply``
+(average the replicas' gradients, clip, AdamW). The Ray runtime runs ``compute_grads`` on
+its training units and ``apply`` on each replica after the all-reduce; ``step`` does the
+same in one process, one shard after another (gradient accumulation).
+
+The loss of a batch is a per-token mean over the *whole* batch: each shard divides its
+summed loss by ``total_tokens / dp_width``, so that the mean of the shards' gradients is the
+gradient of the batch, however the samples were split. A step therefore does not depend on
+``dp_width`` (up to floating-point summation order).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, get_args
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+from transformers import PreTrainedModel
+
+from gyre_core.train.losses import (
+    LOSSES,
+    LossSettings,
+    LossStats,
+    TokenBatch,
+    combine_loss,
+    count_fresh,
+    fresh_mask,
+    get_loss,
+    token_entropy,
+)
+from gyre_core.train.tree_attention import Impl, token_logprobs, tree_forward
+from gyre_core.trajectory.format import Rollout
+from gyre_core.trajectory.pack import pack_trees
+from gyre_core.trajectory.rewards import ADVANTAGE_MODES, AdvantageMode, assign_weights
+from gyre_core.trajectory.sample import PackedSample
+from gyre_core.trajectory.tree import build_trees
+
+WEIGHTS_FILE = "model.safetensors"
+# The model's attention implementation each tree-attention path needs (see tree_forward).
+BACKENDS: dict[str, tuple[str, ...]] = {
+    "dense": ("eager", "sdpa", "flex_attention"),
+    "flex": ("flex_attention",),
+    "sparse": ("gyre_tree",),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TrainerConfig:
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    max_grad_norm: float | None = 1.0  # None: no clipping
+    clip_low: float = 0.2  # ratio clipped below at 1 - clip_low
+    clip_high: float = 0.28  # ... and above at 1 + clip_high (asymmetric, "clip-higher")
+    ratio_cap: float | None = None  # truncate negative-advantage importance weights here
+    staleness_bound: int = 4  # train tokens of version >= current - staleness_bound only
+    kl_coef: float = 0.0  # weight of the k3 KL to the reference model (needs ref_model)
+    loss: str = "ppo"
+    advantage_mode: AdvantageMode = "once"
+    normalise_std: bool = False  # divide group advantages by the group's reward std
+    max_tokens: int = 4096  # per packed sample
+    attention: Impl = "dense"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        def bad(name: str, want: str) -> ValueError:
+            return ValueError(f"TrainerConfig.{name} must be {want}, got {getattr(self, name)!r}")
+
+        if not self.lr > 0:
+            raise bad("lr", "> 0")
+        if not self.weight_decay >= 0:
+            raise bad("weight_decay", ">= 0")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise bad("betas", "two numbers in [0, 1)")
+        if not self.eps > 0:
+            raise bad("eps", "> 0")
+        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
+            raise bad("max_grad_norm", "> 0 or None")
+        if not 0 <= self.clip_low < 1:
+            raise bad("clip_low", "in [0, 1)")
+        if not self.clip_high >= 0:
+            raise bad("clip_high", ">= 0")
+        if self.ratio_cap is not None and not self.ratio_cap > 1 + self.clip_high:
+            raise bad("ratio_cap", f"> 1 + clip_high ({1 + self.clip_high}) or None")
+        if isinstance(self.staleness_bound, bool) or not isinstance(self.staleness_bound, int):
+            raise bad("staleness_bound", "an integer")
+        if self.staleness_bound < 0:
+            raise bad("staleness_bound", ">= 0")
+        if not self.kl_coef >= 0:
+            raise bad("kl_coef", ">= 0")
+        if self.loss not in LOSSES:
+            raise bad("loss", f"one of {', '.join(sorted(LOSSES))}")
+        if self.advantage_mode not in ADVANTAGE_MODES:
+            raise bad("advantage_mode", f"one of {', '.join(ADVANTAGE_MODES)}")
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int):
+            raise bad("max_tokens", "an integer")
+        if self.max_tokens < 2:
+            raise bad("max_tokens", ">= 2")
+        if self.attention not in get_args(Impl):
+            raise bad("attention", f"one of {', '.join(get_args(Impl))}")
+
+    @property
+    def loss_settings(self) -> LossSettings:
+        return LossSettings(self.clip_low, self.clip_high, self.ratio_cap, self.kl_coef)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["betas"] = list(self.betas)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainerConfig:
+        d = dict(d)
+        if "betas" in d:
+            d["betas"] = tuple(d["betas"])
+        return cls(**d)
+
+
+Grads = dict[str, torch.Tensor]
+
+
+class Trainer:
+    """Trains ``model`` (a transformers causal LM) on rollouts; see the module docstring.
+
+    ``ref_model`` is the frozen reference for the KL penalty (required when ``kl_coef > 0``).
+    ``version`` is the policy version of the current weights; each optimizer step adds one.
+    Staleness is measured against ``current_version`` where a method takes one (default:
+    ``version``). The constructor seeds torch's global RNG with ``config.seed``.
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        config: TrainerConfig,
+        ref_model: PreTrainedModel | None = None,
+        *,
+        version: int = 0,
+    ) -> None:
+        if config.kl_coef > 0 and ref_model is None:
+            raise ValueError("TrainerConfig.kl_coef > 0 needs a ref_model")
+        for role, m in (("model", model), ("ref_model", ref_model)):
+            backend = str(m.config._attn_implementation) if m is not None else None
+            if backend is not None and backend not in BACKENDS[config.attention]:
+                raise ValueError(
+                    f"TrainerConfig.attention={config.attention!r} needs a {role} built with "
+                    f"attn_implementation in {BACKENDS[config.attention]}, not {backend!r}"
+                )
+        self.model = model
+        self.config = config
+        self.ref_model = ref_model
+        if ref_model is not None:
+            torch.nn.Module.train(ref_model, False)
+            ref_model.requires_grad_(False)
+        self.version = version
+        self.loss_fn = get_loss(config.loss)
+        self.params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        if not self.params:
+            raise ValueError("the model has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(
+            [p for _, p in self.params],
+            lr=config.lr,
+            betas=config.betas,
+            eps=config.eps,
+            weight_decay=config.weight_decay,
+        )
+        torch.manual_seed(config.seed)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    # ------------------------------------------------------------------ data
+
+    def prepare(self, rollouts: Iterable[Rollout], current_version: int) -> list[PackedSample]:
+        """Trees per group -> advantages as token weights -> samples of <= max_tokens.
+
+        Stale tokens stay in the samples (the loss drops and counts them); a token newer
+        than ``current_version`` means the caller mixed up versions, and is refused."""
+        rollouts = list(rollouts)
+        if not rollouts:
+            raise ValueError("no rollouts to train on")
+        for r in rollouts:
+            for c in r.calls:
+                if len(c.versions) and int(c.versions.max()) > current_version:
+                    raise ValueError(
+                        f"rollout {r.rollout_id!r} call {c.call_id!r} has tokens of version "
+                        f"{int(c.versions.max())}, newer than the current version {current_version}"
+                    )
+        trees = list(build_trees(rollouts).values())
+        for t in trees:
+            assign_weights(
+                t, mode=self.config.advantage_mode, normalise_std=self.config.normalise_std
+            )
+        return pack_trees(trees, self.config.max_tokens)
+
+    # ------------------------------------------------------------------ gradients
+
+    def _sample_loss(
+        self, sample: PackedSample, current_version: int, normalise: float
+    ) -> tuple[torch.Tensor | None, LossStats]:
+        keep_np, stale = fresh_mask(sample, current_version, self.config.staleness_bound)
+        if not keep_np.any():
+            return None, LossStats(stale_dropped=float(stale), samples=1.0)
+        dev = self.device
+        ids = torch.from_numpy(sample.input_ids).to(dev)
+        pos = torch.from_numpy(sample.position_ids).to(dev)
+        parent = torch.from_numpy(sample.parent).to(dev)
+        idx = torch.from_numpy(np.flatnonzero(keep_np)).to(dev)
+        if bool((parent[idx] < 0).any()):
+            raise ValueError("a root token cannot be trainable: nothing predicts it")
+        logits = tree_forward(self.model, ids, pos, parent, self.config.attention)
+        lp = token_logprobs(logits, ids, parent)[idx]
+        ref_lp = None
+        if self.ref_model is not None:
+            with torch.no_grad():
+                ref_logits = tree_forward(self.ref_model, ids, pos, parent, self.config.attention)
+                ref_lp = token_logprobs(ref_logits, ids, parent)[idx].to(lp.dtype)
+
+        def column(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(a).to(device=dev, dtype=lp.dtype)[idx]
+
+        batch = TokenBatch(lp, column(sample.logprob), column(sample.advantage), ref_lp)
+        loss, stats = combine_loss(self.loss_fn, batch, self.config.loss_settings, normalise)
+        with torch.no_grad():
+            stats.entropy = float(token_entropy(logits.detach()[parent[idx]]).sum())
+        stats.stale_dropped = float(stale)
+        stats.staleness = float((current_version - sample.version[keep_np]).sum())
+        return loss, stats
+
+    def compute_grads(
+        self,
+        samples: Sequence[PackedSample],
+        normalise: float | None = None,
+        *,
+        current_version: int | None = None,
+    ) -> tuple[Grads, LossStats]:
+        """Gradients of ``sum(sample losses) / normalise`` (accumulated sample by sample)
+        and the detached loss stats. ``normalise`` defaults to the fresh tokens of
+        ``samples``; a replica of ``n`` whose gradients ``apply`` will average with the
+        others' passes ``total fresh tokens of the batch / n`` (see :meth:`step`)."""
+        cv = self.version if current_version is None else current_version
+        if normalise is None:
+            normalise = float(max(1, count_fresh(list(samples), cv, self.config.staleness_bound)))
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        stats = LossStats()
+        for s in samples:
+            loss, st = self._sample_loss(s, cv, normalise)
+            stats.add(st)
+            if loss is not None:
+                torch.autograd.backward(loss)
+        grads = {
+            n: p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
+            for n, p in self.params
+        }
+        self.optimizer.zero_grad(set_to_none=True)
+        return grads, stats
+
+    def apply(self, grads_list: Sequence[Grads]) -> dict[str, float]:
+        """Average the replicas' gradients, clip their norm, take one AdamW step."""
+        if not grads_list:
+            raise ValueError("apply needs the gradients of at least one replica")
+        for name, p in self.params:
+            parts = []
+            for i, g in enumerate(grads_list):
+                if name not in g:
+                    raise ValueError(f"replica {i}'s gradients lack parameter {name!r}")
+                if g[name].shape != p.shape:
+                    raise ValueError(
+                        f"replica {i}'s gradient for {name!r} has shape {tuple(g[name].shape)}, "
+                        f"expected {tuple(p.shape)}"
+                    )
+                parts.append(g[name].to(device=p.device, dtype=p.dtype))
+            p.grad = torch.stack(parts).sum(0) / len(parts)
+        return self._optimizer_step()
+
+    def _optimizer_step(self) -> dict[str, float]:
+        params = [p for _, p in self.params]
+        limit = self.config.max_grad_norm
+        norm = torch.nn.utils.clip_grad_norm_(params, limit if limit is not None else float("inf"))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.version += 1
+        return {"grad_norm": float(norm), "lr": self.config.lr, "version": float(self.version)}
+
+    def step(
+        self,
+        rollouts: Iterable[Rollout],
+        current_version: int | None = None,
+        dp_width: int = 1,
+    ) -> dict[str, float]:
+        """One RL step on ``rollouts``; returns the step's metrics. A batch with no token
+        fresh enough to train leaves the weights and version as they were (``skipped``)."""
+        if isinstance(dp_width, bool) or not isinstance(dp_width, int) or dp_width < 1:
+            raise ValueError(f"dp_width must be an integer >= 1, got {dp_width!r}")
+        cv = self.version if current_version is None else current_version
+        samples = self.prepare(rollouts, cv)
+        total = count_fresh(samples, cv, self.config.staleness_bound)
+        stats = LossStats()
+        if total == 0:
+            for s in samples:
+                stats.stale_dropped += fresh_mask(s, cv, self.config.staleness_bound)[1]
+            stats.samples = float(len(samples))
+            return {**stats.summary(self.config.kl_coef), "skipped": 1.0}
+        grads = []
+        for shard in shard_by_tokens(samples, dp_width):
+            g, st = self.compute_grads(shard, total / dp_width, current_version=cv)
+            grads.append(g)
+            stats.add(st)
+        return {**stats.summary(self.config.kl_coef), **self.apply(grads), "skipped": 0.0}
+
+    # ------------------------------------------------------------------ warm start
+
+    def sft_step(
+        self, batch: Sequence[PackedSample] | Sequence[tuple[Sequence[int], Sequence[int]]]
+    ) -> dict[str, float]:
+        """One supervised step: mean cross-entropy over the batch's target tokens only.
+
+        ``batch`` holds packed samples (their trainable tokens are the targets; advantages
+        are ignored) or ``(prompt_ids, target_ids)`` pairs, e.g. scripted demonstrations.
+        It is an optimizer step like any other, so it advances ``version``."""
+        samples = [b if isinstance(b, PackedSample) else demo_sample(*b) for b in batch]
+        n = sum(int(s.trainable.sum()) for s in samples)
+        if n == 0:
+            raise ValueError("sft_step needs at least one target token")
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        for s in samples:
+            dev = self.device
+            ids = torch.from_numpy(s.input_ids).to(dev)
+            parent = torch.from_numpy(s.parent).to(dev)
+            pos = torch.from_numpy(s.position_ids).to(dev)
+            keep = torch.from_numpy(s.trainable).to(dev)
+            lp = token_logprobs(tree_forward(self.model, ids, pos, parent, self.config.attention),
+                                ids, parent)  # fmt: skip
+            loss = -lp[keep].sum() / n
+            torch.autograd.backward(loss)
+            total += float(loss.detach())
+        return {"sft_loss": total, "tokens": float(n), **self._optimizer_step()}
+
+    # ------------------------------------------------------------------ weights and state
+
+    def export_weights(self, directory: str | Path) -> Path:
+        """Write the weights as ``model.safetensors`` in ``directory`` (atomically: written
+        beside it, then renamed) and return the file's path, for ``TorchEngine.publish``."""
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        # Cloned so that tied weights become separate tensors (safetensors refuses shares).
+        state = {
+            k: v.detach().to("cpu").contiguous().clone() for k, v in self.model.state_dict().items()
+        }
+        tmp = out / f".{WEIGHTS_FILE}.{os.getpid()}.tmp"
+        save_file(state, str(tmp), metadata={"gyre_version": str(self.version)})
+        os.replace(tmp, out / WEIGHTS_FILE)
+        return out / WEIGHTS_FILE
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "version": self.version,
+            "config": self.config.to_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        missing = {"model", "optimizer", "version"} - state.keys()
+        if missing:
+            raise ValueError(f"trainer state lacks {', '.join(sorted(missing))}")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.version = int(state["version"])
+
+
+def shard_by_tokens(samples: Sequence[PackedSample], width: int) -> list[list[PackedSample]]:
+    """``width`` shards with balanced token counts (longest first, onto the lightest shard).
+    Deterministic; a shard may be empty when there are fewer samples than shards."""
+    if width < 1:
+        raise ValueError(f"width must be >= 1, got {width}")
+    shards: list[list[PackedSample]] = [[] for _ in range(width)]
+    load = [0] * width
+    for s in sorted(samples, key=lambda s: -len(s)):
+        i = min(range(width), key=lambda j: (load[j], j))
+        shards[i].append(s)
+        load[i] += len(s)
+    return shards
+
+
+def demo_sample(prompt_ids: Sequence[int], target_ids: Sequence[int]) -> PackedSample:
+    """A one-path sample: ``prompt_ids`` as context, ``target_ids`` as the trained tokens."""
+    if len(prompt_ids) == 0:
+        raise ValueError("a demonstration needs a non-empty prompt (nothing predicts token 0)")
+    if len(target_ids) == 0:
+        raise ValueError("a demonstration needs at least one target token")
+    ids = np.asarray([*prompt_ids, *target_ids], dtype=np.int64)
+    n, p = len(ids), len(prompt_ids)
+    trainable = np.arange(n) >= p
+    return PackedSample(
+        group_ids=["demo"],
+        group=np.zeros(n, dtype=np.int32),
+        input_ids=ids,
+        position_ids=np.arange(n, dtype=np.int64),
+        parent=np.arange(-1, n - 1, dtype=np.int64),
+        trainable=trainable,
+        advantage=trainable.astype(np.float64),
+        logprob=np.full(n, np.nan),
+        version=np.full(n, -1, dtype=np.int64),
+    )
