@@ -128,7 +128,9 @@ class Router:
             if len(kept.token_ids) >= params.max_tokens:  # nothing left to generate
                 return _finish(kept, "length", len(prompt_ids))
             name = await self._pick(session_id)
-            engine = self._engines[name]
+            engine = self._engines.get(name)
+            if engine is None or name in self._draining or name in self._dead:
+                continue  # it left rotation while the loads were being read: pick again
             call = _Call(name, request_id if attempt == 0 else f"{request_id}~{attempt}")
             prompt = prompt_ids + kept.token_ids
             sub = replace(params, max_tokens=params.max_tokens - len(kept.token_ids))
