@@ -1,0 +1,227 @@
+"""``VLLMEngine``: the :class:`~gyre_core.rollout.engine.Engine` protocol over HTTP to a vLLM
+server started with ``VLLM_SERVER_DEV_MODE=1`` (see :mod:`gyre_core.rollout.vllm_server`).
+
+Endpoints (read from vllm 0.32's ``entrypoints/openai``, ``entrypoints/rl/online`` and
+``entrypoints/serve/dev`` routers):
+
+* ``generate`` -> ``POST /v1/completions`` with a token-id ``prompt``, ``stream: true``,
+  ``return_token_ids: true`` and ``logprobs: 0`` (the sampled token's logprob only). Each
+  streamed chunk carries the new token ids and their logprobs; they are tagged with the
+  client's version *when the chunk arrives*, so tokens sampled before a ``publish`` keep
+  the old version. vLLM's default ``logprobs_mode`` is ``raw_logprobs``: log-softmax of the
+  model's logits before temperature/top-p, the same quantity ``TorchEngine`` records.
+  ``ignore_eos`` is set: like ``TorchEngine``, only ``stop_token_ids`` end a request early.
+* ``abort`` -> ``POST /abort_requests`` ``{"request_ids": [...]}``. The completions route
+  names the engine request ``cmpl-<request_id>-0`` (``request_id`` body field, prompt 0);
+  the aborted stream ends with ``finish_reason: "abort"`` and the tokens so far.
+* ``pause`` -> ``POST /pause?mode=keep`` (in-flight requests stay scheduled, frozen);
+  ``resume`` -> ``POST /resume``.
+* ``publish(dir, version)`` -> ``POST /collective_rpc`` ``{"method": "reload_weights",
+  "kwargs": {"weights_path": dir}}``: the worker's ``reload_weights`` reloads in place from
+  a new checkpoint path (it repoints the model config there). Then
+  ``POST /update_weight_version`` ``{"new_version": "<version>"}`` and
+  ``POST /reset_prefix_cache`` (cached prefixes were computed by the old weights). The
+  engine is paused (``keep``) around the reload, so tokens streamed after it are the new
+  weights' (and it stays paused if the caller had paused it).
+* ``load`` -> ``GET /metrics``, the ``vllm:num_requests_running`` / ``..._waiting`` gauges.
+
+Transport failures surface as ``OSError`` (``ConnectionError``) or ``RuntimeError``
+(:class:`VLLMEngineError`), the two the router treats as engine death.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from gyre_core.rollout.engine import Completion, EngineLoad, SamplingParams
+
+
+class VLLMEngineError(RuntimeError):
+    """The vLLM server answered with an error (the message includes its body)."""
+
+
+class VLLMEngine:
+    """An Engine backed by a vLLM OpenAI-compatible server at ``base_url``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        version: int = 0,
+        timeout_s: float = 600.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._model = model
+        self._version = version
+        self._timeout = httpx.Timeout(timeout_s, connect=10.0)
+        self._in_flight: set[str] = set()
+        self._paused = False  # by this client
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    # ------------------------------------------------------------------ generate
+
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, request_id: str
+    ) -> Completion:
+        if not prompt_ids:
+            raise ValueError("prompt_ids must not be empty")
+        if request_id in self._in_flight:
+            raise ValueError(f"request_id {request_id!r} is already in flight")
+        body: dict[str, Any] = {
+            "model": await self._model_name(),
+            "prompt": list(prompt_ids),
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "stop_token_ids": list(params.stop_token_ids),
+            "ignore_eos": True,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "stream": True,
+            "request_id": request_id,
+        }
+        if params.seed is not None:
+            body["seed"] = params.seed
+        out = Completion([], [], [], "abort", prompt_tokens=len(prompt_ids))
+        self._in_flight.add(request_id)
+        try:
+            async with (
+                httpx.AsyncClient(timeout=self._timeout) as client,
+                client.stream("POST", f"{self.base_url}/v1/completions", json=body) as resp,
+            ):
+                if resp.status_code != 200:
+                    text = (await resp.aread()).decode(errors="replace")
+                    raise _error("POST /v1/completions", resp.status_code, text)
+                async for line in resp.aiter_lines():
+                    if line.startswith("data: ") and line != "data: [DONE]":
+                        self._absorb(out, json.loads(line[6:]))
+        except httpx.TransportError as e:
+            raise ConnectionError(f"vLLM server {self.base_url}: {e!r}") from e
+        finally:
+            self._in_flight.discard(request_id)
+        return out
+
+    def _absorb(self, out: Completion, chunk: dict[str, Any]) -> None:
+        """Append one streamed chunk's tokens (tagged with the current version)."""
+        if "error" in chunk:
+            raise VLLMEngineError(f"vLLM stream error: {chunk['error']}")
+        for choice in chunk.get("choices", []):
+            ids = choice.get("token_ids") or []
+            logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
+            if len(logprobs) != len(ids):
+                raise VLLMEngineError(
+                    f"chunk has {len(ids)} token ids but {len(logprobs)} logprobs: {chunk}"
+                )
+            out.token_ids.extend(int(t) for t in ids)
+            out.logprobs.extend(float(lp) for lp in logprobs)
+            out.versions.extend([self._version] * len(ids))
+            if choice.get("finish_reason"):
+                out.finish_reason = str(choice["finish_reason"])
+
+    # ------------------------------------------------------------------ control
+
+    async def abort(self, request_id: str) -> bool:
+        if request_id not in self._in_flight:
+            return False
+        await self._post("/abort_requests", json={"request_ids": [f"cmpl-{request_id}-0"]})
+        return True
+
+    async def pause(self) -> None:
+        await self._post("/pause", params={"mode": "keep"})
+        self._paused = True
+
+    async def resume(self) -> None:
+        await self._post("/resume")
+        self._paused = False
+
+    async def publish(self, state_dict_path: str, version: int) -> None:
+        """Reload weights from the checkpoint directory ``state_dict_path`` (safetensors
+        with the served model's parameter names) and tag later tokens with ``version``."""
+        was_paused = self._paused
+        await self.pause()
+        try:
+            await self._post(
+                "/collective_rpc",
+                json={"method": "reload_weights", "kwargs": {"weights_path": str(state_dict_path)}},
+            )
+            await self._post("/update_weight_version", json={"new_version": str(version)})
+            await self._post("/reset_prefix_cache")
+            self._version = version
+        finally:
+            if not was_paused:  # a caller's pause outlives the publish
+                await self.resume()
+
+    async def weight_version(self) -> str | None:
+        """The version string the server holds (``GET /weight_info``)."""
+        data = await self._get_json("/weight_info")
+        value = data.get("weight_version")
+        return None if value is None else str(value)
+
+    async def load(self) -> EngineLoad:
+        text = await self._get_text("/metrics")
+        return EngineLoad(
+            running=int(_gauge(text, "vllm:num_requests_running")),
+            waiting=int(_gauge(text, "vllm:num_requests_waiting")),
+        )
+
+    # ------------------------------------------------------------------ http helpers
+
+    async def _model_name(self) -> str:
+        if self._model is None:
+            data = await self._get_json("/v1/models")
+            models = data.get("data") or []
+            if not models:
+                raise VLLMEngineError(f"{self.base_url}/v1/models lists no model: {data}")
+            self._model = str(models[0]["id"])
+        return self._model
+
+    async def _post(
+        self, path: str, *, json: Any = None, params: dict[str, str] | None = None
+    ) -> None:
+        try:
+            async with httpx.AsyncClient(timeout=self._timeout) as client:
+                resp = await client.post(f"{self.base_url}{path}", json=json, params=params)
+        except httpx.TransportError as e:
+            raise ConnectionError(f"vLLM server {self.base_url}: {e!r}") from e
+        if resp.status_code != 200:
+            raise _error(f"POST {path}", resp.status_code, resp.text)
+
+    async def _get_text(self, path: str) -> str:
+        try:
+            async with httpx.AsyncClient(timeout=self._timeout) as client:
+                resp = await client.get(f"{self.base_url}{path}")
+        except httpx.TransportError as e:
+            raise ConnectionError(f"vLLM server {self.base_url}: {e!r}") from e
+        if resp.status_code != 200:
+            raise _error(f"GET {path}", resp.status_code, resp.text)
+        return resp.text
+
+    async def _get_json(self, path: str) -> dict[str, Any]:
+        data = json.loads(await self._get_text(path))
+        if not isinstance(data, dict):
+            raise VLLMEngineError(f"GET {path}: expected a JSON object, got {data!r}")
+        return data
+
+
+def _error(what: str, status: int, text: str) -> VLLMEngineError:
+    return VLLMEngineError(f"{what} -> HTTP {status}: {text[:2000]}")
+
+
+def _gauge(metrics: str, name: str) -> float:
+    """Sum of every sample of the Prometheus gauge ``name`` (one per label set)."""
+    total = 0.0
+    found = False
+    for line in metrics.splitlines():
+        if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " "):
+            total += float(line.rsplit(" ", 1)[1])
+            found = True
+    if not found:
+        raise VLLMEngineError(f"metric {name} not in /metrics")
+    return total

