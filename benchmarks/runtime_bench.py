@@ -39,10 +39,9 @@ def main() -> int:
         if not cfg.model.checkpoint and (work / "model").exists() and not model.exists():
             (work / "model").rename(model)  # every policy then starts from the same weights
         out["name"] = name
-        out["wall_per_step_s"] = round(out["wall_s"] / max(1, out["steps"]), 2)
         rows.append(out)
         print(
-            f"{name:16} wall/step {out['wall_per_step_s']:7.2f} s  switches "
+            f"{name:16} s/step {out['step_s_mean']:7.2f}  wall {out['wall_s']:7.1f} s  switches "
             f"{out['role_switches']:3}  migrated {out['calls_migrated']:3}  restarted "
             f"{out['sessions_restarted']:3}  discarded {out['tokens_discarded']:5}  "
             f"bench {out['benchmark_before']:.3f} -> {out['benchmark_after']:.3f}",

@@ -76,6 +76,8 @@ class SessionFactory:
         self.tokens_unique = 0
         self.step_rows: list[dict[str, Any]] = []
         self.trained_ids: set[str] = set()  # rollouts already trained (kept in checkpoints)
+        self.step_at: list[float] = []  # run-clock time each step finished
+        self.first_rollout_at: float | None = None  # when the first session started
 
     def make_trainer(self) -> Trainer:
         model = AutoModelForCausalLM.from_pretrained(str(self.model_dir), dtype=torch.float32)
@@ -94,6 +96,8 @@ class SessionFactory:
 
     async def session(self, idx: int, router: Router, loop: Loop) -> Rollout:
         task, group, step = self._group(idx)
+        if self.first_rollout_at is None:
+            self.first_rollout_at = self.clock()
         env = make_env(self.cfg.rollout.suite, "train", _task_index(self.cfg, task),
                        self.cfg.seed * 1_000_003 + idx, suite_seed=self.cfg.seed)  # fmt: skip
         try:
@@ -176,6 +180,7 @@ class SessionFactory:
                    "rollouts": float(len(batch))}  # fmt: skip
         clean = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)}
         self.step_rows.append(clean)
+        self.step_at.append(self.clock())
         self.sink.emit(ev.StepFinished(t=self.clock(), step=trainer.version,
                                        version=trainer.version, metrics=clean))  # fmt: skip
         if trainer.version % self.cfg.checkpoint_every == 0 or trainer.version == self.cfg.steps:
@@ -219,12 +224,19 @@ class SessionFactory:
             "tokens_discarded": router.stats.tokens_discarded,
             "tokens_trained": c.tokens_trained,
             "dedup_vs_call": round(self.tokens_per_call / max(1, self.tokens_unique), 4),
+            "step_s_mean": self._step_s(),
             "switch_s_mean": round(sum(c.switch_s) / max(1, len(c.switch_s)), 3),
             "weight_sync_s_mean": round(sum(c.weight_sync_s) / max(1, len(c.weight_sync_s)), 3),
             "train_s_mean": round(sum(c.train_s) / max(1, len(c.train_s)), 3),
             "reward_by_step": [round(s.get("reward", 0.0), 4) for s in steps],
             "switch_mode": self.cfg.scheduler.switch_mode,
         }
+
+    def _step_s(self) -> float:
+        """Mean wall seconds per training step, from the first rollout to the last step."""
+        if not self.step_at or self.first_rollout_at is None:
+            return 0.0
+        return round((self.step_at[-1] - self.first_rollout_at) / len(self.step_at), 3)
 
 
 def _fields(h: HarnessConfig) -> dict[str, Any]:
