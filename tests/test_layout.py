@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -39,3 +41,18 @@ def test_gyre_core_never_imports_django_celery_or_channels():
                 names = [node.module]
             for name in names:
                 assert name.split(".")[0] not in banned, f"{path}: imports {name}"
+
+
+@pytest.mark.slow
+def test_stdlib_platform_module_still_works_inside_django(tmp_path):
+    """Django set up by manage.py (which puts platform/ on sys.path) keeps the stdlib module."""
+    code = "import platform; print(platform.__file__); print(platform.system())"
+    env = {k: v for k, v in __import__("os").environ.items()
+           if k not in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")}  # fmt: skip
+    env["GYRE_DATA_DIR"] = str(tmp_path)
+    out = subprocess.run(
+        [sys.executable, "manage.py", "shell", "--no-imports", "-c", code],
+        cwd=ROOT, env=env, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert Path(out[0]).parent == Path(__import__("sysconfig").get_paths()["stdlib"])
+    assert out[1] == __import__("platform").system()

@@ -264,3 +264,30 @@ def test_server_start_failure_reports_log_tail(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="exited with code") as info:
         srv.start()
     assert "last lines" in str(info.value) and not srv.running
+
+
+def test_model_driven_repo_session_runs_through_vllm_and_logs_a_valid_tree(
+    server: VLLMServer, ckpts: tuple[Path, Path]
+) -> None:
+    from transformers import AutoTokenizer
+
+    from gyre_core.rollout.agents import ModelAgent
+    from gyre_core.rollout.harness import HarnessConfig, TaskRef, run_group
+    from gyre_core.trajectory import build_trees
+
+    tok = AutoTokenizer.from_pretrained(str(ckpts[0]))
+    router = Router({"vllm": VLLMEngine(server.base_url, version=0)})
+    cfg = HarnessConfig(max_turns=3, max_new_tokens=12, context_budget=2048)
+
+    rollouts = asyncio.run(
+        run_group(TaskRef("repo", "train", 0), 2, make_agent=lambda env: ModelAgent(router, tok),
+                  tokenizer=tok, config=cfg, seed=5)
+    )  # fmt: skip
+    assert router.stats.routed == {"vllm": 6}  # 2 sessions x 3 turns, every call to vLLM
+    for r in rollouts:
+        assert len(r.calls) == 3 and 0.0 <= r.progress <= 1.0
+        for c in r.calls:
+            assert len(c.completion_ids) == len(c.logprobs) == len(c.versions) > 0
+            assert all(lp <= 1e-3 for lp in c.logprobs) and set(c.versions.tolist()) == {0}
+    (tree,) = build_trees(rollouts).values()
+    assert len(tree.rollouts) == 2  # one group, shared task prompt

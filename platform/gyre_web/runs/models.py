@@ -1,0 +1,146 @@
+# ruff: noqa: RUF012  (Django and DRF declare Meta options as class-level lists)
+"""Experiments, runs (with their status machine), metric points, benchmark scores and the
+run's event log (a per-run sequence number, contiguous from 1)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Visibility(models.TextChoices):
+    TEAM = "team"  # members of the team (and share links)
+    PUBLIC = "public"  # also readable by every signed-in user
+
+
+class Status(models.TextChoices):
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    PAUSED = "paused"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+# The status machine: every change goes through services.transition, which checks this.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    Status.QUEUED: frozenset({Status.STARTING, Status.CANCELLED}),
+    Status.STARTING: frozenset({Status.RUNNING, Status.FAILED, Status.CANCELLED, Status.PAUSED}),
+    Status.RUNNING: frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELLED, Status.PAUSED}),
+    Status.PAUSED: frozenset({Status.QUEUED, Status.CANCELLED}),
+    Status.FAILED: frozenset({Status.QUEUED}),  # resume from the last checkpoint
+    Status.CANCELLED: frozenset({Status.QUEUED}),
+    Status.SUCCEEDED: frozenset(),
+}
+ACTIVE = frozenset({Status.QUEUED, Status.STARTING, Status.RUNNING})
+
+
+class Backend(models.TextChoices):
+    REAL = "real"
+    SIM = "sim"
+
+
+class Experiment(models.Model):
+    team = models.ForeignKey("teams.Team", on_delete=models.CASCADE, related_name="experiments")
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    tags = models.JSONField(default=list, blank=True)
+    visibility = models.CharField(max_length=10, choices=Visibility.choices, default="team")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["team", "name"], name="experiment_name_in_team")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Run(models.Model):
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="runs")
+    name = models.CharField(max_length=200, blank=True)
+    config = models.JSONField()  # the validated snapshot (RunConfig.to_dict)
+    policy = models.CharField(max_length=32)
+    backend = models.CharField(max_length=8, choices=Backend.choices)
+    seed = models.BigIntegerField(default=0)
+    steps = models.IntegerField(default=0)  # planned
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
+    step = models.IntegerField(default=0)  # reached
+    error = models.TextField(blank=True)
+    celery_task_id = models.CharField(max_length=64, blank=True)
+    ray_job_id = models.CharField(max_length=64, blank=True)
+    checkpoint_path = models.CharField(max_length=500, blank=True)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+    # A stop the job polls for: "" (none), "cancel" or "pause".
+    stop_requested = models.CharField(max_length=8, blank=True)
+    resume_requested = models.BooleanField(default=False)
+    next_seq = models.BigIntegerField(default=1)  # the event log's next sequence number
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["experiment", "-id"], name="run_by_experiment"),
+            models.Index(fields=["status", "heartbeat_at"], name="run_by_status"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name or f"run {self.pk}"
+
+
+class MetricPoint(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metrics")
+    name = models.CharField(max_length=100)
+    step = models.IntegerField()
+    value = models.FloatField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "name", "step"], name="one_point_per_step")
+        ]
+
+
+class BenchmarkScore(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="benchmarks")
+    step = models.IntegerField()
+    suite = models.CharField(max_length=100)
+    score = models.FloatField()
+    tasks = models.IntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "suite", "step"], name="one_score_per_step")
+        ]
+
+
+class RunEvent(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    seq = models.BigIntegerField()
+    kind = models.CharField(max_length=32)
+    t = models.FloatField()  # seconds on the run's clock
+    wall = models.DateTimeField()
+    data = models.JSONField(default=dict)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="one_event_per_seq")]
+
+    def as_message(self) -> dict[str, object]:
+        return {
+            "seq": self.seq,
+            "kind": self.kind,
+            "t": self.t,
+            "wall": self.wall.isoformat(),
+            "data": self.data,
+        }

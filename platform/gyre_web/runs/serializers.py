@@ -1,0 +1,65 @@
+# ruff: noqa: RUF012  (Django and DRF declare Meta options as class-level lists)
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from gyre_web.runs.models import Experiment, Run
+from gyre_web.teams.selectors import teams_of
+
+
+class ExperimentSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Experiment
+        fields = ["id", "team", "name", "description", "tags", "visibility", "created_at"]
+        read_only_fields = ["created_at"]
+
+    def get_fields(self) -> dict[str, Any]:
+        fields = super().get_fields()
+        request = self.context.get("request")
+        fields["team"].queryset = teams_of(getattr(request, "user", None))
+        return fields
+
+    def validate_tags(self, tags: Any) -> list[str]:
+        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+            raise serializers.ValidationError("tags is a list of strings")
+        return tags
+
+
+class RunSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Run
+        fields = [
+            "id", "experiment", "name", "config", "policy", "backend", "seed", "steps",
+            "status", "step", "error", "celery_task_id", "ray_job_id", "checkpoint_path",
+            "parent", "stop_requested", "created_at", "started_at", "finished_at",
+            "heartbeat_at",
+        ]  # fmt: skip
+        read_only_fields = [f for f in fields if f not in ("experiment", "name", "config")]
+
+    def get_fields(self) -> dict[str, Any]:
+        from gyre_web.runs.selectors import experiments_visible
+
+        fields = super().get_fields()
+        request = self.context.get("request")
+        fields["experiment"].queryset = experiments_visible(getattr(request, "user", None))
+        return fields
+
+
+class RunListSerializer(RunSerializer):
+    class Meta(RunSerializer.Meta):
+        fields = [f for f in RunSerializer.Meta.fields if f != "config"]
+
+
+class ForkSerializer(serializers.Serializer):
+    changes = serializers.DictField(required=False, default=dict)
+    name = serializers.CharField(required=False, default="", allow_blank=True)
+
+
+class EventSerializer(serializers.Serializer):
+    seq = serializers.IntegerField()
+    kind = serializers.CharField()
+    t = serializers.FloatField()
+    wall = serializers.DateTimeField()
+    data = serializers.JSONField()

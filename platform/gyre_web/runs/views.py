@@ -1,0 +1,222 @@
+# ruff: noqa: RUF012  (Django and DRF declare Meta options as class-level lists)
+"""Experiments and runs: CRUD, launch on create, cancel/pause/resume/fork, the event log
+after a cursor and downsampled metrics for one or several runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from django_filters import rest_framework as filters
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.parsers import FileUploadParser, MultiPartParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from gyre_web.access import require_role, share_link_of
+from gyre_web.runs import selectors, services
+from gyre_web.runs.models import Experiment, Run
+from gyre_web.runs.serializers import (
+    EventSerializer,
+    ExperimentSerializer,
+    ForkSerializer,
+    RunListSerializer,
+    RunSerializer,
+)
+
+
+def _int_param(request: Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValidationError({name: f"must be an integer, got {raw!r}"}) from None
+    if not lo <= value <= hi:
+        raise ValidationError({name: f"must be between {lo} and {hi}"})
+    return value
+
+
+def _config_error(err: services.ConfigInvalid) -> ValidationError:
+    return ValidationError({"config": {field: [msg] for field, msg in err.errors}})
+
+
+class ExperimentFilter(filters.FilterSet):
+    tag = filters.CharFilter(method="filter_tag")
+    name = filters.CharFilter(lookup_expr="icontains")
+
+    class Meta:
+        model = Experiment
+        fields = ["team", "visibility", "name"]
+
+    def filter_tag(self, qs: QuerySet[Experiment], name: str, value: str) -> QuerySet[Experiment]:
+        # Portable across SQLite and Postgres: match the JSON text of the list.
+        return qs.filter(tags__icontains=f'"{value}"')
+
+
+class ExperimentViewSet(viewsets.ModelViewSet):
+    serializer_class = ExperimentSerializer
+    filterset_class = ExperimentFilter
+    share_link_readable = True
+
+    def get_queryset(self) -> QuerySet[Experiment]:
+        return selectors.experiments_visible(self.request.user, share_link_of(self.request))
+
+    def perform_create(self, serializer: Any) -> None:
+        require_role(self.request, serializer.validated_data["team"].pk)
+        serializer.save(created_by=self.request.user)
+
+    def perform_update(self, serializer: Any) -> None:
+        require_role(self.request, serializer.instance.team_id)
+        if "team" in serializer.validated_data:
+            require_role(self.request, serializer.validated_data["team"].pk)
+        serializer.save()
+
+    def perform_destroy(self, instance: Experiment) -> None:
+        require_role(self.request, instance.team_id)
+        instance.delete()
+
+
+class RunFilter(filters.FilterSet):
+    team = filters.NumberFilter(field_name="experiment__team")
+
+    class Meta:
+        model = Run
+        fields = ["experiment", "status", "policy", "backend", "parent"]
+
+
+class RunViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    filterset_class = RunFilter
+    share_link_readable = True
+
+    def get_queryset(self) -> QuerySet[Run]:
+        return selectors.runs_visible(self.request.user, share_link_of(self.request))
+
+    def get_serializer_class(self) -> type[RunSerializer]:
+        return RunListSerializer if self.action == "list" else RunSerializer
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        ser = RunSerializer(data=request.data, context={"request": request})
+        ser.is_valid(raise_exception=True)
+        experiment = ser.validated_data["experiment"]
+        require_role(request, experiment.team_id)
+        try:
+            run = services.create_run(
+                experiment=experiment,
+                config=ser.validated_data["config"],
+                name=ser.validated_data.get("name", ""),
+                created_by=request.user,
+            )
+        except services.ConfigInvalid as err:
+            raise _config_error(err) from None
+        return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance: Run) -> None:
+        require_role(self.request, instance.experiment.team_id)
+        if instance.status in ("queued", "starting", "running"):
+            raise ValidationError({"status": "cancel the run before deleting it"})
+        instance.delete()
+
+    def _act(self, request: Request, fn: Any, **kwargs: Any) -> Response:
+        run = self.get_object()
+        require_role(request, run.experiment.team_id)
+        try:
+            result = fn(run=run, **kwargs)
+        except services.IllegalTransition as err:
+            return Response({"detail": str(err)}, status=status.HTTP_409_CONFLICT)
+        return Response(RunSerializer(result).data)
+
+    @action(detail=True, methods=["post"], serializer_class=None)
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        return self._act(request, services.request_stop, mode="cancel")
+
+    @action(detail=True, methods=["post"], serializer_class=None)
+    def pause(self, request: Request, pk: str | None = None) -> Response:
+        return self._act(request, services.request_stop, mode="pause")
+
+    @action(detail=True, methods=["post"], serializer_class=None)
+    def resume(self, request: Request, pk: str | None = None) -> Response:
+        return self._act(request, services.resume_run)
+
+    @action(detail=True, methods=["post"], serializer_class=ForkSerializer)
+    def fork(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
+        require_role(request, run.experiment.team_id)
+        ser = ForkSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        try:
+            child = services.fork_run(
+                run=run,
+                changes=ser.validated_data["changes"],
+                name=ser.validated_data["name"],
+                created_by=request.user,
+            )
+        except services.ConfigInvalid as err:
+            raise _config_error(err) from None
+        return Response(RunSerializer(child).data, status=status.HTTP_201_CREATED)
+
+    @action(detail=True, methods=["post"], url_path="import", serializer_class=None,
+            parser_classes=[MultiPartParser, FileUploadParser])  # fmt: skip
+    def import_trajectories(self, request: Request, pk: str | None = None) -> Response:
+        """Upload a ``gyre.trajectory/v1`` JSONL file (multipart field ``file``); bad input
+        is answered 400 with the line and field."""
+        from gyre_web.trajectories.imports import ImportRejected, import_trajectories
+
+        run = self.get_object()
+        require_role(request, run.experiment.team_id)
+        upload = request.data.get("file")
+        if upload is None:
+            raise ValidationError({"file": "attach a gyre.trajectory/v1 JSONL file"})
+        try:
+            counts = import_trajectories(run=run, upload=upload)
+        except ImportRejected as err:
+            body = {"detail": err.problem, "line": err.line, "field": err.field}
+            return Response(body, status=status.HTTP_400_BAD_REQUEST)
+        return Response(counts, status=status.HTTP_201_CREATED)
+
+    @action(detail=True, methods=["get"], serializer_class=EventSerializer, pagination_class=None)
+    def events(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
+        after = _int_param(request, "after", 0, 0, 2**62)
+        limit = _int_param(request, "limit", 1000, 1, 10000)
+        rows = selectors.events_after(run_id=run.pk, after=after, limit=limit)
+        return Response({"run": run.pk, "events": [r.as_message() for r in rows]})
+
+    @action(detail=True, methods=["get"], serializer_class=None, pagination_class=None)
+    def metrics(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
+        return self._metrics(request, [run.pk])
+
+    @extend_schema(operation_id="runs_metrics_compare")
+    @action(detail=False, methods=["get"], url_path="metrics", serializer_class=None,
+            pagination_class=None)  # fmt: skip
+    def compare_metrics(self, request: Request) -> Response:
+        """?runs=1,2,3&names=loss,reward&points=500 — the runs aligned by step."""
+        raw = request.query_params.get("runs", "")
+        try:
+            wanted = [int(x) for x in raw.split(",") if x.strip()]
+        except ValueError:
+            raise ValidationError({"runs": "a comma-separated list of run ids"}) from None
+        if not wanted:
+            raise ValidationError({"runs": "name at least one run"})
+        visible = list(self.get_queryset().filter(pk__in=wanted).values_list("pk", flat=True))
+        missing = sorted(set(wanted) - set(visible))
+        if missing:
+            return Response({"detail": f"runs not found: {missing}"}, status=404)
+        return self._metrics(request, visible)
+
+    def _metrics(self, request: Request, run_ids: list[int]) -> Response:
+        points = _int_param(request, "points", 500, 1, 10000)
+        names = [n for n in request.query_params.get("names", "").split(",") if n]
+        names = names or selectors.metric_names(run_ids=run_ids)
+        return Response(selectors.metric_series(run_ids=run_ids, names=names, points=points))

@@ -1,0 +1,8 @@
+"""Settings split by concern; every value comes from the environment (see each module)."""
+
+from gyre_web.settings.base import *  # noqa: F403
+from gyre_web.settings.database import *  # noqa: F403
+from gyre_web.settings.queue import *  # noqa: F403
+from gyre_web.settings.realtime import *  # noqa: F403
+from gyre_web.settings.runtime import *  # noqa: F403
+from gyre_web.settings.security import *  # noqa: F403

@@ -1,0 +1,77 @@
+"""Apps, middleware, REST framework and OpenAPI: what does not depend on the environment."""
+
+from gyre_web.settings.env import REPO
+
+BASE_DIR = REPO
+ROOT_URLCONF = "gyre_web.urls"
+WSGI_APPLICATION = "gyre_web.wsgi.application"
+ASGI_APPLICATION = "gyre_web.asgi.application"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+USE_TZ = True
+TIME_ZONE = "UTC"
+LANGUAGE_CODE = "en-us"
+STATIC_URL = "static/"
+STATIC_ROOT = REPO / ".data" / "static"
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "channels",
+    "gyre_web.teams",
+    "gyre_web.runs",
+    "gyre_web.cluster",
+    "gyre_web.trajectories",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "gyre_web.teams.auth.TokenAuthentication",
+        "gyre_web.teams.auth.ShareLinkAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["gyre_web.access.MemberOrShareLinkReadOnly"],
+    "DEFAULT_PAGINATION_CLASS": "gyre_web.access.IdCursorPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Gyre platform API",
+    "DESCRIPTION": "Launch, watch, compare and share elastic RL training runs.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}

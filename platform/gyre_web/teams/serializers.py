@@ -1,0 +1,71 @@
+# ruff: noqa: RUF012  (Django and DRF declare Meta options as class-level lists)
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from rest_framework import serializers
+
+from gyre_web.teams.models import ApiToken, Membership, Role, ShareLink, Team
+
+
+class TeamSerializer(serializers.ModelSerializer):
+    role = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Team
+        fields = ["id", "name", "slug", "created_at", "role"]
+        read_only_fields = ["created_at", "role"]
+        extra_kwargs = {"slug": {"required": False}}
+
+    def get_role(self, team: Team) -> str | None:
+        user = self.context["request"].user
+        for m in team.memberships.all():
+            if m.user_id == user.pk:
+                return m.role
+        return None
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    username = serializers.SlugRelatedField(
+        source="user", slug_field="username", queryset=get_user_model().objects.all()
+    )
+    role = serializers.ChoiceField(choices=Role.choices)
+
+    class Meta:
+        model = Membership
+        fields = ["id", "username", "role", "created_at"]
+        read_only_fields = ["created_at"]
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+        read_only_fields = ["prefix", "created_at", "last_used_at", "revoked_at"]
+
+
+class ShareLinkSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ShareLink
+        fields = ["id", "team", "experiment", "run", "prefix", "created_at", "revoked_at"]
+        read_only_fields = ["team", "prefix", "created_at", "revoked_at"]
+
+    def get_fields(self):  # type: ignore[no-untyped-def]
+        from gyre_web.runs.selectors import experiments_visible, runs_visible
+
+        fields = super().get_fields()
+        request = self.context.get("request")
+        user = getattr(request, "user", None)
+        fields["experiment"] = serializers.PrimaryKeyRelatedField(
+            queryset=experiments_visible(user), required=False, allow_null=True
+        )
+        fields["run"] = serializers.PrimaryKeyRelatedField(
+            queryset=runs_visible(user), required=False, allow_null=True
+        )
+        return fields
+
+    def validate(self, attrs: dict) -> dict:  # type: ignore[type-arg]
+        if (attrs.get("experiment") is None) == (attrs.get("run") is None):
+            raise serializers.ValidationError(
+                {"experiment": "give exactly one of experiment or run"}
+            )
+        return attrs

@@ -1,0 +1,124 @@
+# ruff: noqa: RUF012  (Django and DRF declare Meta options as class-level lists)
+"""Teams and memberships, API tokens (key shown once), share links (key shown once)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from gyre_web.access import require_manager, require_role
+from gyre_web.teams import selectors, services
+from gyre_web.teams.models import ApiToken, Membership, ShareLink, Team
+from gyre_web.teams.serializers import (
+    ApiTokenSerializer,
+    MembershipSerializer,
+    ShareLinkSerializer,
+    TeamSerializer,
+)
+
+
+class TeamViewSet(viewsets.ModelViewSet):
+    serializer_class = TeamSerializer
+
+    def get_queryset(self) -> QuerySet[Team]:
+        return selectors.teams_of(self.request.user).prefetch_related("memberships")
+
+    def perform_create(self, serializer: Any) -> None:
+        data = serializer.validated_data
+        serializer.instance = services.create_team(
+            name=data["name"], slug=data.get("slug", ""), owner=self.request.user
+        )
+
+    def perform_update(self, serializer: Any) -> None:
+        require_manager(self.request, serializer.instance.pk)
+        serializer.save()
+
+    def perform_destroy(self, instance: Team) -> None:
+        require_role(self.request, instance.pk, frozenset({"owner"}))
+        instance.delete()
+
+    @action(detail=True, methods=["get", "post"], serializer_class=MembershipSerializer)
+    def members(self, request: Request, pk: str | None = None) -> Response:
+        team = self.get_object()
+        if request.method == "GET":
+            rows = Membership.objects.filter(team=team).select_related("user").order_by("id")
+            return Response(MembershipSerializer(rows, many=True).data)
+        require_manager(request, team.pk)
+        ser = MembershipSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        m = services.set_membership(
+            team=team, user=ser.validated_data["user"], role=ser.validated_data["role"]
+        )
+        return Response(MembershipSerializer(m).data, status=status.HTTP_201_CREATED)
+
+    @action(detail=True, methods=["delete"], url_path=r"members/(?P<username>[^/]+)")
+    def remove_member(
+        self, request: Request, pk: str | None = None, username: str = ""
+    ) -> Response:
+        team = self.get_object()
+        user = get_object_or_404(get_user_model(), username=username)
+        if user != request.user:
+            require_manager(request, team.pk)
+        try:
+            services.remove_membership(team=team, user=user)
+        except ValueError as err:
+            return Response({"detail": str(err)}, status=status.HTTP_400_BAD_REQUEST)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ApiTokenViewSet(
+    mixins.ListModelMixin,
+    mixins.CreateModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    """Create returns the key once (``key``); delete revokes."""
+
+    serializer_class = ApiTokenSerializer
+    queryset = ApiToken.objects.none()  # typed paths in the schema; get_queryset filters
+
+    def get_queryset(self) -> QuerySet[ApiToken]:
+        return selectors.tokens_of(self.request.user)
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        ser = self.get_serializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        token, key = services.create_api_token(user=request.user, name=ser.validated_data["name"])
+        return Response({**ApiTokenSerializer(token).data, "key": key}, status=201)
+
+    def perform_destroy(self, instance: ApiToken) -> None:
+        services.revoke_api_token(token=instance)
+
+
+class ShareLinkViewSet(ApiTokenViewSet):
+    """Create returns the key once (``key``); delete revokes."""
+
+    serializer_class = ShareLinkSerializer  # type: ignore[assignment]
+    filterset_fields = ["team", "experiment", "run"]
+    queryset = ShareLink.objects.none()  # type: ignore[assignment]
+
+    def get_queryset(self) -> QuerySet[ShareLink]:  # type: ignore[override]
+        return selectors.share_links_of(self.request.user)
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        ser = self.get_serializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        experiment, run = ser.validated_data.get("experiment"), ser.validated_data.get("run")
+        require_role(request, (experiment or run.experiment).team_id)
+        link, key = services.create_share_link(
+            created_by=request.user, experiment=experiment, run=run
+        )
+        return Response({**ShareLinkSerializer(link, context={"request": request}).data,
+                         "key": key}, status=201)  # fmt: skip
+
+    def perform_destroy(self, instance: ShareLink) -> None:  # type: ignore[override]
+        require_role(self.request, instance.team_id)
+        services.revoke_share_link(link=instance)

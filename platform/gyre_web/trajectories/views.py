@@ -1,0 +1,102 @@
+# ruff: noqa: RUF012  (Django and DRF declare Meta options as class-level lists)
+"""Rollouts and trajectory trees of the runs a user (or share link) can see; tree nodes
+by parent (lazy loading), search within a tree and the path to a node."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
+from rest_framework import serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from gyre_web.access import IdCursorPagination, share_link_of
+from gyre_web.runs.selectors import runs_visible
+from gyre_web.trajectories import selectors
+from gyre_web.trajectories.models import Rollout, Tree, TreeNode
+
+
+class RolloutSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Rollout
+        fields = [
+            "id", "run", "rollout_id", "step", "task_id", "group_id", "status", "progress",
+            "reward", "turns", "tokens", "version_min", "version_max", "t_started",
+            "t_finished",
+        ]  # fmt: skip
+
+
+class TreeSerializer(serializers.ModelSerializer):
+    dedup_ratio = serializers.FloatField(read_only=True)
+
+    class Meta:
+        model = Tree
+        fields = [
+            "id", "run", "group_id", "rollouts", "nodes", "depth", "tokens_unique",
+            "tokens_per_call", "dedup_ratio", "branch_counts", "payload_path",
+        ]  # fmt: skip
+
+
+class TreeNodeSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = TreeNode
+        fields = [
+            "id", "parent", "kind", "depth", "path_key", "token_start", "token_end",
+            "trainable", "preview", "advantage", "leaves",
+        ]  # fmt: skip
+
+
+class NodePagination(IdCursorPagination):
+    ordering = "path_key"  # unique within a tree; depth-first order
+
+
+class RolloutViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = RolloutSerializer
+    filterset_fields = ["run", "step", "status", "group_id", "task_id"]
+    share_link_readable = True
+
+    def get_queryset(self) -> QuerySet[Rollout]:
+        runs = runs_visible(self.request.user, share_link_of(self.request))
+        return Rollout.objects.filter(run__in=runs)
+
+
+class TreeViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = TreeSerializer
+    filterset_fields = ["run", "group_id"]
+    share_link_readable = True
+
+    def get_queryset(self) -> QuerySet[Tree]:
+        runs = runs_visible(self.request.user, share_link_of(self.request))
+        return Tree.objects.filter(run__in=runs)
+
+    @action(detail=True, methods=["get"], serializer_class=TreeNodeSerializer,
+            pagination_class=NodePagination)  # fmt: skip
+    def nodes(self, request: Request, pk: str | None = None) -> Response:
+        """Children of ``?parent=ID`` (the roots without it), in depth-first order."""
+        tree = self.get_object()
+        raw = request.query_params.get("parent")
+        if raw is not None and not raw.isdigit():
+            raise ValidationError({"parent": "a node id"})
+        rows = selectors.children(tree_id=tree.pk, parent_id=int(raw) if raw else None)
+        page = self.paginate_queryset(rows)
+        data = TreeNodeSerializer(page, many=True).data
+        return self.get_paginated_response(data)
+
+    @action(detail=True, methods=["get"], serializer_class=TreeNodeSerializer,
+            pagination_class=None)  # fmt: skip
+    def search(self, request: Request, pk: str | None = None) -> Response:
+        tree = self.get_object()
+        text = request.query_params.get("q", "").strip()
+        if not text:
+            raise ValidationError({"q": "give the text to search for"})
+        rows = selectors.search_nodes(tree_id=tree.pk, text=text)
+        return Response(TreeNodeSerializer(rows, many=True).data)
+
+    @action(detail=True, methods=["get"], url_path=r"path/(?P<node_id>\d+)",
+            serializer_class=TreeNodeSerializer, pagination_class=None)  # fmt: skip
+    def path(self, request: Request, pk: str | None = None, node_id: str = "") -> Response:
+        tree = self.get_object()
+        node = get_object_or_404(TreeNode, tree=tree, pk=int(node_id))
+        return Response(TreeNodeSerializer(selectors.path_to(node=node), many=True).data)

@@ -1,0 +1,62 @@
+"""The worker's EventSink: batched inserts into the run's event log (per-run sequence
+numbers), the rows derived from events (metrics, benchmark scores, rollouts, trees, role
+intervals), then a channel-layer wake-up for the run's websocket group."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+from gyre_web.cluster.services import record_role_changes
+from gyre_web.runs.consumers import group_name
+from gyre_web.runs.services import append_events
+from gyre_web.trajectories.services import record_rollout_events
+
+from gyre_core.events import Event
+
+ROLLOUT_KINDS = frozenset({"rollout_started", "rollout_progress", "rollout_finished", "tree_ready"})
+
+
+class DbSink:
+    """Buffers events; writes a batch when it holds ``batch`` events or is ``interval``
+    seconds old (so a slow run still shows up live). Call ``flush`` at the end."""
+
+    def __init__(self, run_id: int, *, batch: int = 200, interval: float = 0.2) -> None:
+        self.run_id = run_id
+        self.batch = batch
+        self.interval = interval
+        self.buffer: list[dict[str, Any]] = []
+        self.last_flush = time.monotonic()
+        self.last_t = 0.0
+        self.written = 0
+        self.layer = get_channel_layer()
+
+    def emit(self, event: Event) -> None:
+        self.buffer.append(event.to_json())
+        self.last_t = max(self.last_t, float(event.t))
+        if len(self.buffer) >= self.batch or time.monotonic() - self.last_flush >= self.interval:
+            self.flush()
+
+    def flush(self) -> None:
+        self.last_flush = time.monotonic()
+        if not self.buffer:
+            return
+        events, self.buffer = self.buffer, []
+        with transaction.atomic():
+            rows = append_events(run_id=self.run_id, events=events)
+            record_rollout_events(
+                run_id=self.run_id, events=[e for e in events if e["kind"] in ROLLOUT_KINDS]
+            )
+            record_role_changes(
+                run_id=self.run_id, events=[e for e in events if e["kind"] == "role_change"]
+            )
+            if self.layer is not None:  # wake the subscribers once the rows are visible
+                message = {"type": "run.events", "run": self.run_id, "last_seq": rows[-1].seq}
+                transaction.on_commit(lambda: self._wake(message))
+        self.written += len(rows)
+
+    def _wake(self, message: dict[str, Any]) -> None:
+        async_to_sync(self.layer.group_send)(group_name(self.run_id), message)

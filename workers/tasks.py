@@ -1,0 +1,149 @@
+"""Celery tasks. They take ids, are idempotent (a redelivered launch resumes the same run
+from its checkpoint), have time limits, and retry on transient database errors."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import OperationalError, transaction
+from django.utils import timezone
+from gyre_web.cluster.services import close_role_intervals, release_gpus
+from gyre_web.runs import services
+from gyre_web.runs.models import Run, Status
+
+from gyre_core.events import RunStatus
+from workers.celery_app import app
+from workers.sink import DbSink
+
+
+class StopFlag:
+    """``should_stop`` for run_job: reads the run's stop request at most every ``every``
+    seconds (cheap enough to call per event) and writes the heartbeat while at it."""
+
+    def __init__(self, run_id: int, every: float = 0.25) -> None:
+        self.run_id = run_id
+        self.every = every
+        self.checked = 0.0
+        self.mode = ""
+
+    def __call__(self) -> bool:
+        now = time.monotonic()
+        if not self.mode and now - self.checked >= self.every:
+            self.checked = now
+            self.mode = (
+                Run.objects.filter(pk=self.run_id).values_list("stop_requested", flat=True).first()
+                or ""
+            )
+            services.heartbeat(run_id=self.run_id)
+        return bool(self.mode)
+
+
+def _claim(run_id: int, task_id: str) -> tuple[Run, bool] | None:
+    """Take the run for this delivery: (run, resume) or None when there is nothing to do."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is None:
+            return None
+        if run.celery_task_id and run.celery_task_id != task_id:
+            return None  # a stale or duplicate message: another delivery owns this run
+        if run.status == Status.QUEUED:
+            resume = run.resume_requested
+            run = services.transition(
+                run_id, Status.STARTING, celery_task_id=task_id, resume_requested=False
+            )
+            return run, resume
+        if run.status in (Status.STARTING, Status.RUNNING):
+            # Redelivered: take over only from a worker that went quiet (a visibility
+            # timeout can redeliver a message whose worker is alive and still running it).
+            quiet = timezone.now() - timedelta(seconds=settings.GYRE_TAKEOVER_SECONDS)
+            if run.heartbeat_at is not None and run.heartbeat_at > quiet:
+                return None
+            return run, True  # continue from the checkpoint
+        return None
+
+
+def _status_event(sink: DbSink, status: str, step: int, message: str = "") -> None:
+    sink.emit(RunStatus(t=sink.last_t, status=status, step=step, message=message))
+    sink.flush()
+
+
+@app.task(
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    autoretry_for=(OperationalError,),
+    retry_backoff=True,
+    max_retries=3,
+    time_limit=int(settings.GYRE_RUN_TIME_LIMIT_SECONDS),
+    soft_time_limit=int(settings.GYRE_RUN_TIME_LIMIT_SECONDS) - 60,
+)
+def launch_run(self: Any, run_id: int) -> str:
+    """queued -> starting -> running -> succeeded | failed | cancelled | paused."""
+    from gyre_core.config import RunConfig
+    from gyre_core.runtime import run_job
+
+    claimed = _claim(run_id, self.request.id or "")
+    if claimed is None:
+        return "skipped"
+    run, resume = claimed
+    workdir = Path(settings.GYRE_RUNS_DIR) / str(run_id)
+    workdir.mkdir(parents=True, exist_ok=True)
+    continuing = resume  # a resume request or a takeover, with or without a checkpoint
+    resume = resume and any(workdir.iterdir())
+    sink = DbSink(run_id)
+    stop = StopFlag(run_id)
+    if run.status == Status.STARTING:
+        services.transition(run_id, Status.RUNNING)
+    _status_event(sink, Status.RUNNING, run.step, "resumed" if continuing else "started")
+    try:
+        cfg = RunConfig.from_dict(run.config)
+        summary = run_job(cfg, sink=sink, workdir=workdir, should_stop=stop, resume=resume)
+    except Exception as err:
+        sink.flush()
+        message = f"{type(err).__name__}: {err}"
+        error = traceback.format_exc(limit=20)
+        _finish(run_id, sink, Status.FAILED, message, error=error, checkpoint_path=str(workdir))
+        return Status.FAILED
+    sink.flush()
+    if summary.get("status") == "cancelled":
+        final = Status.PAUSED if stop.mode == "pause" else Status.CANCELLED
+    elif summary.get("status") == "failed":
+        final = Status.FAILED
+    else:
+        final = Status.SUCCEEDED
+    error = str(summary.get("error", ""))
+    _finish(run_id, sink, final, error=error, checkpoint_path=str(workdir))
+    return final
+
+
+def _finish(run_id: int, sink: DbSink, status: str, message: str = "", **fields: Any) -> None:
+    """The final status, the closing event and the released GPUs commit together, so a
+    reader who sees the run finished also sees its last event."""
+    with transaction.atomic():
+        run = services.transition(run_id, status, **fields)
+        close_role_intervals(run_id=run_id, t=sink.last_t)
+        release_gpus(run_id=run_id)
+        _status_event(sink, status, run.step, message)
+
+
+@app.task(time_limit=120)
+def reap_stale_runs() -> int:
+    """Mark failed the active runs whose worker stopped heartbeating."""
+    limit = timezone.now() - timedelta(seconds=settings.GYRE_HEARTBEAT_TIMEOUT_SECONDS)
+    stale = Run.objects.filter(
+        status__in=(Status.STARTING, Status.RUNNING), heartbeat_at__lt=limit
+    ).values_list("pk", flat=True)
+    reaped = 0
+    for run_id in list(stale):
+        try:
+            services.transition(run_id, Status.FAILED, error="the worker stopped heartbeating")
+        except services.IllegalTransition:
+            continue  # it finished meanwhile
+        release_gpus(run_id=run_id)
+        reaped += 1
+    return reaped
