@@ -183,6 +183,7 @@ class Router:
         Returns how many calls were moved."""
         if name not in self._engines:
             raise KeyError(f"unknown engine {name!r}")
+        engine = self._engines[name]
         self._draining.add(name)
         calls = [c for c in self._calls.values() if c.engine == name]
         if calls:
@@ -193,7 +194,7 @@ class Router:
         moved = 0
         for c in [c for c in self._calls.values() if c.engine == name]:
             c.evicted = True
-            if await self._engines[name].abort(c.request_id):
+            if await engine.abort(c.request_id):
                 moved += 1
         return moved
 
@@ -219,8 +220,11 @@ class Router:
 
     async def _load(self, name: str) -> int:
         mine = sum(1 for c in self._calls.values() if c.engine == name)
+        engine = self._engines.get(name)  # it may have left while other loads were read
+        if engine is None:
+            return mine
         try:
-            load = await self._engines[name].load()
+            load = await engine.load()
         except (RuntimeError, OSError):
             return mine
         return max(mine, load.running + load.waiting)

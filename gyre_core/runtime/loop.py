@@ -36,6 +36,7 @@ from gyre_core.scheduler.base import Policy, Snapshot
 from gyre_core.trajectory.format import Rollout
 
 TICK_S = 0.05
+STOP_CHECK_S = 0.25
 MAX_SEQS = 16  # engine batch cap: the policy sizes rollout by it
 
 
@@ -89,11 +90,14 @@ class Loop:
     # ------------------------------------------------------------------ the loop
 
     async def run(self, should_stop: Callable[[], bool]) -> None:
+        next_check = 0.0
         while self.trainer.version < self.steps:
             if self.errors:
                 raise self.errors[0]
-            if should_stop():
-                return
+            if time.monotonic() >= next_check:  # should_stop may query a database: off-loop
+                next_check = time.monotonic() + STOP_CHECK_S
+                if await asyncio.to_thread(should_stop):
+                    return
             self._reap()
             decision = self.policy.decide(self.snapshot())
             for u, role in decision.targets.items():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,12 @@ def start_ray(address: str, units: int, gpus_per_unit: int, object_store_mb: int
     gpus_per_unit`` ``gpu_unit`` resources. Returns True when this call started Ray."""
     if ray.is_initialized():
         return False
+    for name in ("stdout", "stderr"):  # under Celery these may be proxies without a fileno
+        stream = getattr(sys, name)
+        try:
+            stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            setattr(sys, name, getattr(sys, f"__{name}__"))
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     address = address or os.environ.get("RAY_ADDRESS", "")
     if address:

@@ -21,12 +21,13 @@ import ray
 import torch
 
 from gyre_core import events as ev
-from gyre_core.cluster import ROLLOUT, TRAIN
+from gyre_core.cluster import IDLE, ROLLOUT, TRAIN
 from gyre_core.config import RunConfig
 from gyre_core.rollout.router import Router
 from gyre_core.runtime.loop import Loop, UnitSlot
 from gyre_core.runtime.ray_backend import UnitActor, start_ray
 from gyre_core.runtime.session import SessionFactory, make_model_dir
+from gyre_core.runtime.threaded_sink import ThreadedSink
 from gyre_core.scheduler.policies import make_policy
 from gyre_core.trajectory.format import Rollout, read_rollouts
 from gyre_core.trajectory.writer import write_rollouts
@@ -46,9 +47,11 @@ def run_real(
     model_dir = make_model_dir(cfg, workdir)
     started_ray = start_ray(cfg.cluster.ray_address, cfg.cluster.units,
                             cfg.cluster.gpus_per_unit, cfg.cluster.object_store_mb)  # fmt: skip
+    threaded = ThreadedSink(sink)  # sinks may block (database writes): keep them off the loop
     try:
-        return asyncio.run(_run(cfg, sink, workdir, model_dir, should_stop, resume, say))
+        return asyncio.run(_run(cfg, threaded, workdir, model_dir, should_stop, resume, say))
     finally:
+        threaded.close()
         if started_ray:
             ray.shutdown()
 
@@ -83,7 +86,7 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
     router = Router({}, mode=cfg.scheduler.switch_mode)  # type: ignore[arg-type]
     opts = {"resources": {"gpu_unit": cfg.cluster.gpus_per_unit}}
     slots = [
-        UnitSlot(u, UnitActor.options(**opts).remote(u, str(model_dir)), ROLLOUT, ROLLOUT)  # type: ignore[attr-defined]
+        UnitSlot(u, UnitActor.options(**opts).remote(u, str(model_dir)), IDLE, ROLLOUT)  # type: ignore[attr-defined]
         for u in range(units_n)
     ]
     if trainer.version == 0 and cfg.train.warm_start_steps:
@@ -103,6 +106,8 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
     router.on_migrate = factory.migrated
     # Bring every unit up in its initial role (engines load the current weights).
     await asyncio.gather(*(loop.start_engine(s) for s in slots))
+    for s in slots:
+        loop._role(s, ROLLOUT)  # every unit's lane starts with an event
     for slot, role in zip(slots, roles, strict=True):
         slot.target = role
     await asyncio.gather(*(loop._switch(s, TRAIN) for s in slots if s.target == TRAIN))

@@ -123,6 +123,9 @@ class Simulator:
 
     def run(self) -> dict[str, Any]:
         self.sink.emit(ev.RunStatus(t=0.0, status="running", step=0, message=self.policy.name))
+        for u, role in enumerate(self.targets):  # every unit's lane starts with an event
+            self.sink.emit(ev.RoleChange(t=0.0, unit=u, gpus=list(self.cluster.units[u].gpus),
+                                         from_role="idle", to_role=role))  # fmt: skip
         self.decide()
         handlers = {READY: self.on_ready, DONE: self.on_done, DEADLINE: self.on_deadline,
                     SWITCHED: lambda u, r: switch.on_switched(self, u, r),

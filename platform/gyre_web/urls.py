@@ -1,9 +1,11 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
+from gyre_web import ops, spa
 from gyre_web.cluster.views import GpuViewSet
+from gyre_web.runs import config_views
 from gyre_web.runs.views import ExperimentViewSet, RunViewSet
 from gyre_web.teams.views import ApiTokenViewSet, ShareLinkViewSet, TeamViewSet
 from gyre_web.trajectories.views import RolloutViewSet, TreeViewSet
@@ -20,8 +22,15 @@ router.register("share-links", ShareLinkViewSet, basename="share-link")
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("healthz", ops.healthz, name="healthz"),
+    path("readyz", ops.readyz, name="readyz"),
+    path("metrics", ops.metrics, name="metrics"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("api/auth/", include("rest_framework.urls")),
+    path("api/config/schema/", config_views.schema, name="config-schema"),
+    path("api/config/presets/", config_views.presets, name="config-presets"),
     path("api/", include(router.urls)),
+    re_path(r"^assets/(?P<path>.+)$", spa.asset),
+    re_path(r"^(?!api/|admin/|ws/|assets/|healthz|readyz|metrics)(?P<path>.*)$", spa.index),
 ]

@@ -47,6 +47,7 @@ def test_colocate_by_hand() -> None:
     assert out["tokens_trained"] == 220 and out["steps"] == 1
     changes = sink.of(ev.RoleChange)
     assert [(c.unit, c.from_role, c.to_role) for c in changes] == [
+        (0, "idle", "rollout"), (1, "idle", "rollout"),  # every lane starts with an event
         (0, "rollout", "switching"), (1, "rollout", "switching"),
         (0, "switching", "train"), (1, "switching", "train"),
     ]  # fmt: skip
@@ -157,8 +158,12 @@ def test_invariants(kind: str, seed: int, policy: str, mode: str) -> None:
     if policy == "colocate":
         assert set(lags) <= {0}  # on-policy
     # A unit holds one role at a time and changes it only through `switching`.
-    role = {u: r for u, r in enumerate(make_policy(policy, costs.units).initial_roles(costs.units))}
-    for change in sink.of(ev.RoleChange):
+    initial = make_policy(policy, costs.units).initial_roles(costs.units)
+    changes = sink.of(ev.RoleChange)
+    opening = [(c.unit, c.from_role, c.to_role) for c in changes[: costs.units]]
+    assert opening == [(u, "idle", r) for u, r in enumerate(initial)]  # each lane's start
+    role = dict(enumerate(initial))
+    for change in changes[costs.units :]:
         assert change.from_role == role[change.unit]
         assert "switching" in (change.from_role, change.to_role)
         role[change.unit] = change.to_role

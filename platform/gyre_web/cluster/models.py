@@ -1,4 +1,3 @@
-# ruff: noqa: RUF012  (Django and DRF declare Meta options as class-level lists)
 """Nodes, GPUs, units (GPUs that host one model replica together) and role intervals — the
 GPU role timeline. A GPU is held by at most one run at a time (a partial unique index)."""
 

@@ -1,4 +1,3 @@
-# ruff: noqa: RUF012  (Django and DRF declare Meta options as class-level lists)
 """The GPU inventory: readable by every signed-in user, registered by staff."""
 
 from __future__ import annotations

@@ -1,4 +1,3 @@
-# ruff: noqa: RUF012  (Django and DRF declare Meta options as class-level lists)
 """Experiments, runs (with their status machine), metric points, benchmark scores and the
 run's event log (a per-run sequence number, contiguous from 1)."""
 

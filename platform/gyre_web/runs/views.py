@@ -1,4 +1,3 @@
-# ruff: noqa: RUF012  (Django and DRF declare Meta options as class-level lists)
 """Experiments and runs: CRUD, launch on create, cancel/pause/resume/fork, the event log
 after a cursor and downsampled metrics for one or several runs."""
 

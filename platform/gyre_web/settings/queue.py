@@ -17,7 +17,7 @@ if REDIS_URL:
     }
 else:
     _queue = data_dir() / "queue"
-    for _sub in ("in", "processed"):
+    for _sub in ("in", "processed", "control"):
         (_queue / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
@@ -25,6 +25,8 @@ else:
         "data_folder_out": str(_queue / "in"),
         "processed_folder": str(_queue / "processed"),
         "store_processed": False,
+        # kombu's broadcast/pidbox exchanges; its default is ./control in the cwd.
+        "control_folder": str(_queue / "control"),
     }
 
 CELERY_TASK_ACKS_LATE = True  # a worker lost mid-run -> the task is redelivered
@@ -34,3 +36,6 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
+# Keep the worker's real stdout/stderr: Ray (started by real runs) needs their file numbers.
+CELERY_WORKER_REDIRECT_STDOUTS = False
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False  # workers log through settings.LOGGING

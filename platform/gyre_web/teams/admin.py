@@ -1,4 +1,3 @@
-# ruff: noqa: RUF012  (Django and DRF declare Meta options as class-level lists)
 from django.contrib import admin
 
 from gyre_web.teams.models import ApiToken, Membership, ShareLink, Team

@@ -1,4 +1,3 @@
-# ruff: noqa: RUF012  (Django and DRF declare Meta options as class-level lists)
 """Teams, memberships with roles, hashed API tokens and revocable share links."""
 
 from __future__ import annotations

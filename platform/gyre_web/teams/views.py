@@ -1,4 +1,3 @@
-# ruff: noqa: RUF012  (Django and DRF declare Meta options as class-level lists)
 """Teams and memberships, API tokens (key shown once), share links (key shown once)."""
 
 from __future__ import annotations

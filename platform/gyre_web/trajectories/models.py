@@ -1,4 +1,3 @@
-# ruff: noqa: RUF012  (Django and DRF declare Meta options as class-level lists)
 """Rollouts, trajectory trees and tree nodes. Token payloads live in files (``payload_path``),
 never one row per token; a node keeps only its token span and a short text preview."""
 

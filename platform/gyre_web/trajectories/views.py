@@ -1,4 +1,3 @@
-# ruff: noqa: RUF012  (Django and DRF declare Meta options as class-level lists)
 """Rollouts and trajectory trees of the runs a user (or share link) can see; tree nodes
 by parent (lazy loading), search within a tree and the path to a node."""
 

@@ -1,0 +1,108 @@
+// Shapes of the platform API (platform/gyre_web) as the dashboard reads them.
+
+export type Role = "rollout" | "train" | "switching" | "idle";
+export const ROLES: Role[] = ["rollout", "train", "switching", "idle"];
+
+export interface RunEvent {
+  seq: number;
+  kind: string;
+  t: number; // seconds on the run's clock (simulated time for a sim run)
+  wall: string;
+  data: Record<string, unknown>;
+}
+
+export interface Run {
+  id: number;
+  experiment: number;
+  name: string;
+  config?: Record<string, unknown>;
+  policy: string;
+  backend: string;
+  seed: number;
+  steps: number;
+  status: string;
+  step: number;
+  error: string;
+  parent: number | null;
+  created_at: string;
+  started_at: string | null;
+  finished_at: string | null;
+}
+
+export interface Experiment {
+  id: number;
+  team: number;
+  name: string;
+  description: string;
+  tags: string[];
+  visibility: string;
+}
+
+export interface Team {
+  id: number;
+  name: string;
+  slug: string;
+  role: string | null;
+}
+
+export interface Page<T> {
+  next: string | null;
+  previous: string | null;
+  results: T[];
+}
+
+export interface MetricBucket {
+  step: number;
+  last_step: number;
+  min: number;
+  max: number;
+  last: number;
+}
+
+export interface MetricSeries {
+  run: number;
+  name: string;
+  points: MetricBucket[];
+}
+
+export interface MetricsResponse {
+  bucket: number;
+  series: MetricSeries[];
+}
+
+export interface TreeInfo {
+  id: number;
+  run: number;
+  group_id: string;
+  rollouts: number;
+  nodes: number;
+  depth: number;
+  tokens_unique: number;
+  tokens_per_call: number;
+  dedup_ratio: number;
+  branch_counts: Record<string, number>;
+}
+
+export interface TreeNode {
+  id: number;
+  parent: number | null;
+  kind: string;
+  depth: number;
+  path_key: string;
+  token_start: number;
+  token_end: number;
+  trainable: number;
+  preview: string;
+  advantage: number | null;
+  leaves: number;
+}
+
+export type SchemaEntry = {
+  type: string;
+  default: unknown;
+  help: string;
+  choices?: unknown[];
+  min?: number;
+  max?: number;
+};
+export type ConfigSchema = Record<string, SchemaEntry>;

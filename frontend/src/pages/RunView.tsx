@@ -1,0 +1,141 @@
+// One run, live: status and controls, GPU role timeline, rollout progress, metrics,
+// trajectory trees and the event log. `readOnly` hides every control (share links).
+
+import { useEffect, useState } from "react";
+import { useNavigate } from "react-router-dom";
+import { EventLog } from "../components/EventLog";
+import { MetricsGrid } from "../components/MetricsGrid";
+import { RoleTimelineView } from "../components/RoleTimelineView";
+import { RolloutPanel } from "../components/RolloutPanel";
+import { TreeBrowser } from "../components/TreeBrowser";
+import { api, listAll } from "../lib/api";
+import type { Run, TreeInfo } from "../lib/types";
+import { useRunLive } from "../lib/useRunLive";
+
+export function RunView({ runId, readOnly = false }: { runId: number; readOnly?: boolean }) {
+  const [run, setRun] = useState<Run | null>(null);
+  const [error, setError] = useState("");
+  const [shareUrl, setShareUrl] = useState("");
+  const [trees, setTrees] = useState<TreeInfo[]>([]);
+  const [tree, setTree] = useState<TreeInfo | null>(null);
+  const { live, version, state, paused, togglePause, cursor } = useRunLive(runId);
+  const navigate = useNavigate();
+
+  const refresh = () =>
+    api<Run>(`/api/runs/${runId}/`)
+      .then(setRun)
+      .catch((e) => setError(String(e)));
+
+  useEffect(() => {
+    void refresh();
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [runId, live.lastStatus]);
+
+  const active = run !== null && ["queued", "starting", "running"].includes(run.status);
+  useEffect(() => {
+    if (!active) return;
+    const timer = setInterval(() => void refresh(), 3000); // step and times between status events
+    return () => clearInterval(timer);
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, [active, runId]);
+
+  useEffect(() => {
+    listAll<TreeInfo>(`/api/trees/?run=${runId}`, 5)
+      .then(setTrees)
+      .catch(() => setTrees([]));
+  }, [runId, live.lastStatus]);
+
+  const act = async (verb: string) => {
+    setError("");
+    try {
+      setRun(await api<Run>(`/api/runs/${runId}/${verb}/`, { method: "POST", json: {} }));
+    } catch (e) {
+      setError(String(e));
+    }
+  };
+
+  const share = async () => {
+    try {
+      const link = await api<{ key: string }>("/api/share-links/", { method: "POST", json: { run: runId } });
+      setShareUrl(`${window.location.origin}/#/share/${link.key}`);
+    } catch (e) {
+      setError(String(e));
+    }
+  };
+
+  if (!run) return <p>{error || "loading…"}</p>;
+  const status = run.status;
+  return (
+    <div className="run-page">
+      <header className="run-head">
+        <h2>
+          Run #{run.id} {run.name}
+        </h2>
+        <span className={`status status-${status}`} data-testid="run-status">
+          {status}
+        </span>
+        <span className="muted">
+          {run.policy} · {run.backend} · step {run.step}/{run.steps}
+        </span>
+        <span className={`live live-${state}`} data-testid="stream-state">
+          {state} · seq {cursor()}
+        </span>
+        <button onClick={togglePause} data-testid="pause">
+          {paused ? "resume live" : "pause live"}
+        </button>
+        {!readOnly && (
+          <>
+            <button onClick={() => void act("cancel")} disabled={!["queued", "starting", "running"].includes(status)}>
+              cancel
+            </button>
+            <button onClick={() => void act("pause")} disabled={status !== "running"}>
+              pause run
+            </button>
+            <button onClick={() => void act("resume")} disabled={!["paused", "cancelled", "failed"].includes(status)}>
+              resume
+            </button>
+            <button onClick={() => navigate(`/launch?fork=${run.id}`)}>fork</button>
+            <button onClick={() => void share()} data-testid="share">
+              share
+            </button>
+          </>
+        )}
+      </header>
+      {shareUrl && (
+        <p className="share-url">
+          read-only link (shown once): <input readOnly value={shareUrl} data-testid="share-url" size={80} />
+        </p>
+      )}
+      {error && <p className="error">{error}</p>}
+      {run.error && <pre className="error">{run.error}</pre>}
+      <section>
+        <h3>GPU role timeline</h3>
+        <RoleTimelineView timeline={live.timeline} version={version} />
+      </section>
+      <section>
+        <h3>Rollouts</h3>
+        <RolloutPanel tracker={live.rollouts} version={version} />
+      </section>
+      <section>
+        <h3>Metrics</h3>
+        <MetricsGrid store={live.metrics} version={version} />
+      </section>
+      <section>
+        <h3>Trajectory trees</h3>
+        {trees.length === 0 && <p className="muted">no trees stored for this run</p>}
+        <div className="tree-list">
+          {trees.map((t) => (
+            <button key={t.id} className={tree?.id === t.id ? "active" : ""} onClick={() => setTree(t)}>
+              {t.group_id} ({t.nodes})
+            </button>
+          ))}
+        </div>
+        {tree && <TreeBrowser tree={tree} />}
+      </section>
+      <section>
+        <h3>Event log</h3>
+        <EventLog events={live.events} version={version} />
+      </section>
+    </div>
+  );
+}

@@ -1,0 +1,169 @@
+// Teams: members and roles, personal API tokens (secret shown once), share links.
+
+import { useCallback, useEffect, useState } from "react";
+import { api, listAll } from "../lib/api";
+import type { Team } from "../lib/types";
+
+interface Member {
+  id: number;
+  username: string;
+  role: string;
+}
+interface Token {
+  id: number;
+  name: string;
+  prefix: string;
+  created_at: string;
+  last_used_at: string | null;
+  revoked_at: string | null;
+}
+interface Link {
+  id: number;
+  team: number;
+  experiment: number | null;
+  run: number | null;
+  prefix: string;
+  revoked_at: string | null;
+}
+
+export function TeamPage() {
+  const [teams, setTeams] = useState<Team[]>([]);
+  const [team, setTeam] = useState<Team | null>(null);
+  const [members, setMembers] = useState<Member[]>([]);
+  const [tokens, setTokens] = useState<Token[]>([]);
+  const [links, setLinks] = useState<Link[]>([]);
+  const [secret, setSecret] = useState("");
+  const [form, setForm] = useState({ username: "", role: "member", token: "", newTeam: "" });
+  const [error, setError] = useState("");
+  const guard = (p: Promise<unknown>) => p.catch((e) => setError(String(e)));
+
+  const reload = useCallback(async () => {
+    const ts = await listAll<Team>("/api/teams/");
+    setTeams(ts);
+    setTeam((cur) => ts.find((t) => t.id === cur?.id) ?? ts[0] ?? null);
+    setTokens(await listAll<Token>("/api/tokens/"));
+  }, []);
+
+  useEffect(() => {
+    void guard(reload());
+  }, [reload]);
+
+  useEffect(() => {
+    if (!team) return;
+    void guard(api<Member[]>(`/api/teams/${team.id}/members/`).then(setMembers));
+    void guard(listAll<Link>(`/api/share-links/?team=${team.id}`).then(setLinks));
+  }, [team]);
+
+  const addMember = async (e: React.FormEvent) => {
+    e.preventDefault();
+    if (!team) return;
+    await guard(api(`/api/teams/${team.id}/members/`, { method: "POST", json: { username: form.username, role: form.role } }));
+    setMembers(await api<Member[]>(`/api/teams/${team.id}/members/`));
+  };
+  const removeMember = async (username: string) => {
+    if (!team) return;
+    await guard(api(`/api/teams/${team.id}/members/${encodeURIComponent(username)}/`, { method: "DELETE" }));
+    setMembers(await api<Member[]>(`/api/teams/${team.id}/members/`));
+  };
+  const createToken = async (e: React.FormEvent) => {
+    e.preventDefault();
+    const t = await api<Token & { key: string }>("/api/tokens/", { method: "POST", json: { name: form.token || "token" } });
+    setSecret(t.key);
+    setTokens(await listAll<Token>("/api/tokens/"));
+  };
+  const revokeToken = async (id: number) => {
+    await guard(api(`/api/tokens/${id}/`, { method: "DELETE" }));
+    setTokens(await listAll<Token>("/api/tokens/"));
+  };
+  const revokeLink = async (id: number) => {
+    await guard(api(`/api/share-links/${id}/`, { method: "DELETE" }));
+    if (team) setLinks(await listAll<Link>(`/api/share-links/?team=${team.id}`));
+  };
+  const createTeam = async (e: React.FormEvent) => {
+    e.preventDefault();
+    await guard(api("/api/teams/", { method: "POST", json: { name: form.newTeam } }));
+    await reload();
+  };
+
+  return (
+    <div className="team-page">
+      <h2>Teams</h2>
+      {error && <p className="error">{error}</p>}
+      <div className="filters">
+        {teams.map((t) => (
+          <button key={t.id} className={team?.id === t.id ? "active" : ""} onClick={() => setTeam(t)}>
+            {t.name} ({t.role})
+          </button>
+        ))}
+        <form onSubmit={createTeam}>
+          <input placeholder="new team name" value={form.newTeam} onChange={(e) => setForm({ ...form, newTeam: e.target.value })} />
+          <button disabled={!form.newTeam}>create team</button>
+        </form>
+      </div>
+      {team && (
+        <section>
+          <h3>Members of {team.name}</h3>
+          <table data-testid="members">
+            <tbody>
+              {members.map((m) => (
+                <tr key={m.id}>
+                  <td>{m.username}</td>
+                  <td>{m.role}</td>
+                  <td>
+                    <button onClick={() => void removeMember(m.username)}>remove</button>
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+          <form onSubmit={addMember}>
+            <input placeholder="username" value={form.username} onChange={(e) => setForm({ ...form, username: e.target.value })} />
+            <select value={form.role} onChange={(e) => setForm({ ...form, role: e.target.value })}>
+              {["owner", "admin", "member", "viewer"].map((r) => (
+                <option key={r}>{r}</option>
+              ))}
+            </select>
+            <button>add or change role</button>
+          </form>
+          <h3>Share links</h3>
+          <table data-testid="share-links">
+            <tbody>
+              {links.map((l) => (
+                <tr key={l.id}>
+                  <td>{l.run ? `run ${l.run}` : `experiment ${l.experiment}`}</td>
+                  <td>{l.prefix}…</td>
+                  <td>{l.revoked_at ? `revoked ${new Date(l.revoked_at).toLocaleString()}` : <button onClick={() => void revokeLink(l.id)}>revoke</button>}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+          <p className="muted">create a share link from a run's page</p>
+        </section>
+      )}
+      <section>
+        <h3>Your API tokens</h3>
+        {secret && (
+          <p className="note" data-testid="token-secret">
+            new token (copy it now, it is not shown again): <code>{secret}</code>
+          </p>
+        )}
+        <table data-testid="tokens">
+          <tbody>
+            {tokens.map((t) => (
+              <tr key={t.id}>
+                <td>{t.name}</td>
+                <td>{t.prefix}…</td>
+                <td>{t.last_used_at ? `used ${new Date(t.last_used_at).toLocaleString()}` : "never used"}</td>
+                <td>{t.revoked_at ? "revoked" : <button onClick={() => void revokeToken(t.id)}>revoke</button>}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+        <form onSubmit={createToken}>
+          <input placeholder="token name" value={form.token} onChange={(e) => setForm({ ...form, token: e.target.value })} />
+          <button>create token</button>
+        </form>
+      </section>
+    </div>
+  );
+}

@@ -1,0 +1,314 @@
+"""The dashboard in real Chromium against a real embedded-mode server (see conftest.py):
+sign in, launch a simulated run and watch it fill, share it and open the link signed out,
+and a non-member is refused. Screenshots of the main pages go to docs/screenshots/."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import Server, login, shot
+
+# A real server, worker and browser: each test takes seconds to tens of seconds.
+pytestmark = pytest.mark.slow
+
+SIM = {
+    "name": "e2e-sim",
+    "backend": "sim",
+    "scheduler": {"policy": "elastic"},
+    "sim": {"gpus": 64, "rollouts": 256, "rollouts_per_step": 64},
+}
+
+
+def _api_post(page: Any, server: Server, path: str, data: dict[str, Any]) -> dict[str, Any]:
+    cookies = {c["name"]: c["value"] for c in page.context.cookies()}
+    resp = page.request.post(
+        server.url + path, data=data, headers={"X-CSRFToken": cookies.get("csrftoken", "")}
+    )
+    assert resp.ok, f"POST {path}: {resp.status} {resp.text()}"
+    return resp.json()
+
+
+def _launch_by_api(page: Any, server: Server, policy: str = "elastic") -> int:
+    config = {**SIM, "scheduler": {"policy": policy}}
+    run = _api_post(
+        page, server, "/api/runs/",
+        {"experiment": server.seed["experiment"], "name": "api-sim", "config": config},
+    )  # fmt: skip
+    return int(run["id"])
+
+
+def _wait_finished(page: Any) -> None:
+    page.wait_for_function(
+        "() => ['succeeded','failed','cancelled'].includes("
+        "document.querySelector('[data-testid=run-status]')?.textContent)",
+        timeout=90_000,
+    )
+
+
+def test_sign_in_refuses_a_wrong_password_then_shows_the_runs(page, server):
+    page.goto(server.url + "/")
+    page.fill("input[name=username]", "demo")
+    page.fill("input[name=password]", "not-the-password")
+    page.click("button[type=submit]")
+    page.wait_for_selector("text=wrong username or password")
+    login(page, server, "demo", "demo-pass")
+    page.wait_for_selector("[data-testid=runs-table]")
+    shot(page, "runs")
+
+
+def test_launch_form_shows_errors_then_a_sim_run_fills_the_live_views(page, server):
+    login(page, server, "demo", "demo-pass")
+    page.goto(server.url + "/#/launch")
+    page.select_option("select[aria-label=preset]", label="sim · elastic (demo)")
+    # Checked in the browser: a bound from the schema.
+    page.fill("input[name=steps]", "0")
+    page.click("[data-testid=launch]")
+    page.wait_for_selector(".field.invalid >> text=must be at least 1")
+    # Checked by the server: a cross-field rule the form does not know.
+    page.fill("input[name=steps]", "8")
+    page.fill("input[name='sim.rollouts']", "8")
+    page.click("[data-testid=launch]")
+    page.wait_for_selector(".field.invalid >> text=fewer than one step")
+    shot(page, "launch")
+    page.fill("input[name='sim.rollouts']", "256")
+    page.click("[data-testid=launch]")
+    page.wait_for_url(re.compile(r".*/#/runs/\d+$"))
+    _wait_finished(page)
+    assert page.text_content("[data-testid=run-status]") == "succeeded"
+    page.wait_for_function(
+        "() => Number(document.querySelector('[data-testid=finished-count]').textContent) >= 256"
+    )
+    units = page.get_attribute("[data-testid=role-timeline]", "data-units")
+    assert units is not None and int(units) > 0
+    assert page.locator("[data-testid=role-timeline] canvas.lanes").count() == 1
+    assert page.locator("[data-testid=event-log] .event-row").count() > 5
+    assert "live" in (page.text_content("[data-testid=stream-state]") or "")
+    shot(page, "run")
+
+
+def test_a_shared_run_opens_signed_out_and_read_only(page, server, browser):
+    login(page, server, "demo", "demo-pass")
+    run_id = _launch_by_api(page, server)
+    page.goto(f"{server.url}/#/runs/{run_id}")
+    _wait_finished(page)
+    page.click("[data-testid=share]")
+    url = page.input_value("[data-testid=share-url]")
+    assert "/#/share/" in url
+
+    stranger = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        shared = stranger.new_page()
+        shared.goto(url)
+        shared.wait_for_selector("[data-testid=shared-view]")
+        shared.wait_for_selector(f"text=Run #{run_id}")
+        shared.wait_for_function(
+            "() => Number(document.querySelector('[data-testid=finished-count]')?.textContent) > 0"
+        )
+        assert shared.locator("button", has_text="cancel").count() == 0
+        assert shared.locator("[data-testid=share]").count() == 0
+        # The link reads this run only: the team list stays closed to it.
+        assert shared.request.get(server.url + "/api/teams/").status in (401, 403)
+        shot(shared, "shared-run")
+    finally:
+        stranger.close()
+
+    page.goto(server.url + "/#/team")
+    page.wait_for_selector(f"[data-testid=share-links] >> text=run {run_id}")
+    shot(page, "team")
+
+
+def test_a_non_member_is_refused(page, server, browser):
+    owner = browser.new_context()
+    try:
+        p = owner.new_page()
+        login(p, server, "demo", "demo-pass")
+        run_id = _launch_by_api(p, server)
+    finally:
+        owner.close()
+    login(page, server, "outsider", "outsider-pass")
+    assert page.request.get(f"{server.url}/api/runs/{run_id}/").status == 404
+    page.goto(f"{server.url}/#/runs/{run_id}")
+    page.wait_for_selector("text=HTTP 404")
+    page.goto(server.url + "/#/runs")
+    page.wait_for_selector("[data-testid=runs-table]")
+    assert page.locator("[data-testid=runs-table] >> text=api-sim").count() == 0
+
+
+def _wait_run_done(page: Any, server: Server, run_id: int) -> None:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        status = page.request.get(f"{server.url}/api/runs/{run_id}/").json()["status"]
+        if status in ("succeeded", "failed", "cancelled"):
+            assert status == "succeeded", status
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"run {run_id} did not finish")
+
+
+def test_compare_stacks_the_policies_and_cluster_renders(page, server):
+    login(page, server, "demo", "demo-pass")
+    elastic = _launch_by_api(page, server)
+    colocate = _launch_by_api(page, server, policy="colocate")
+    for run_id in (elastic, colocate):
+        _wait_run_done(page, server, run_id)
+    page.goto(f"{server.url}/#/compare?runs={elastic},{colocate}")
+    page.wait_for_selector(f"[data-testid=compare-timeline-{colocate}]")
+    # Both runs changed roles, so each gets its lanes, drawn on one time scale.
+    for run_id in (elastic, colocate):
+        lanes = page.locator(f"[data-testid=compare-timeline-{run_id}] canvas.lanes")
+        assert lanes.count() == 1, run_id
+    page.wait_for_selector("[data-testid='chart-tokens_masked']")
+    shot(page, "compare")
+    page.goto(server.url + "/#/cluster")
+    page.wait_for_selector("[data-testid=gpus]")
+    shot(page, "cluster")
+
+
+def test_the_tree_browser_expands_searches_and_navigates_by_keyboard(page, server):
+    login(page, server, "demo", "demo-pass")
+    page.goto(f"{server.url}/#/runs/{server.seed['tree_run']}")
+    page.click("button:has-text('group-0')")
+    rows = page.locator("[data-testid=tree-rows] .tree-row")
+    page.wait_for_selector("text=task: fix the failing test")
+    assert rows.count() == 1
+    page.click("[data-testid=tree-rows] .tree-row >> button[aria-label=expand]")
+    page.wait_for_selector("text=branch 4 (retry)")
+    assert rows.count() == 6
+    for kind in ("compaction", "subagent", "retry"):
+        assert page.locator(f"[data-testid=tree-rows] .badge.kind-{kind}").count() >= 1
+    # Aggregated mode folds the second retry into the first.
+    page.check("text=collapse retries")
+    page.wait_for_selector("text=+1 retries")
+    page.uncheck("text=collapse retries")
+    # Keyboard: down to "branch 0", right expands it (children fetched), left goes back up.
+    page.focus("[data-testid=tree-rows]")
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowRight")
+    page.wait_for_selector("text=tool call 23 of branch 0")
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    assert "tool call 0 of branch 0" in page.text_content("[data-testid=tree-detail]")
+    page.keyboard.press("ArrowLeft")
+    assert "branch 0 (continue)" in page.text_content("[data-testid=tree-detail]")
+    # Search finds a node deep in an unexpanded branch; opening it reveals and selects it.
+    page.fill("[data-testid=tree-search]", "needle")
+    page.press("[data-testid=tree-search]", "Enter")
+    page.click("[data-testid=tree-hits] >> text=the needle is here")
+    page.wait_for_selector(".tree-row.selected >> text=the needle is here")
+    assert "the needle is here" in page.text_content("[data-testid=tree-detail]")
+    shot(page, "tree")
+
+
+def test_fork_opens_the_form_with_the_parent_config_and_launches_a_child(page, server):
+    login(page, server, "demo", "demo-pass")
+    parent = _launch_by_api(page, server)
+    page.goto(f"{server.url}/#/runs/{parent}")
+    page.click("button:has-text('fork')")
+    page.wait_for_selector(f"text=Fork run #{parent}")
+    # The form holds the parent's config (its name is not the default one).
+    page.wait_for_function("() => document.querySelector('input[name=name]').value === 'e2e-sim'")
+    page.select_option("select[name='scheduler.policy']", "async")
+    page.click("[data-testid=launch]")
+    page.wait_for_url(re.compile(r".*/#/runs/\d+$"))
+    child = int(page.url.rsplit("/", 1)[1])
+    assert child != parent
+    body = page.request.get(f"{server.url}/api/runs/{child}/").json()
+    assert body["parent"] == parent and body["policy"] == "async"
+
+
+def test_runs_filter_by_name_fields_and_bulk_cancel(page, server):
+    login(page, server, "demo", "demo-pass")
+    waiting = server.seed["waiting"]
+    page.goto(server.url + "/#/runs")
+    page.wait_for_selector("[data-testid=runs-table] tbody tr")
+    page.select_option("select[aria-label=status]", "queued")
+    # Only queued runs are listed under that filter.
+    page.wait_for_function(
+        "() => { const s = [...document.querySelectorAll('[data-testid=runs-table] tbody .status')]"
+        ".map(e => e.textContent); return s.length > 0 && s.every(x => x === 'queued'); }"
+    )
+    for run_id in waiting:
+        page.wait_for_selector(f"[aria-label='select run {run_id}']")
+    for run_id in waiting:
+        page.check(f"[aria-label='select run {run_id}']")
+    page.click("button:has-text('cancel selected (2)')")
+    page.wait_for_selector("text=cancel requested for 2 run(s)")
+    page.select_option("select[aria-label=status]", "cancelled")
+    for run_id in waiting:
+        page.wait_for_selector(f"[aria-label='select run {run_id}']")
+    for run_id in waiting:
+        assert page.request.get(f"{server.url}/api/runs/{run_id}/").json()["status"] == "cancelled"
+
+
+def test_team_page_manages_tokens_members_and_revokes_a_share_link(page, server, browser):
+    login(page, server, "demo", "demo-pass")
+    run_id = _launch_by_api(page, server)
+    link = _api_post(page, server, "/api/share-links/", {"run": run_id})
+    page.goto(server.url + "/#/team")
+    # An API token: the secret is shown once, and it authenticates until revoked.
+    page.fill("input[placeholder='token name']", "ci")
+    page.click("button:has-text('create token')")
+    secret = page.text_content("[data-testid=token-secret] code")
+    assert secret
+    auth = {"Authorization": f"Token {secret}"}
+    assert page.request.get(server.url + "/api/teams/", headers=auth).status == 200
+    page.click("[data-testid=tokens] tr:has-text('ci') >> button:has-text('revoke')")
+    page.wait_for_selector("[data-testid=tokens] tr:has-text('ci') >> text=revoked")
+    assert page.request.get(server.url + "/api/teams/", headers=auth).status in (401, 403)
+    # A member with a role.
+    page.fill("input[placeholder=username]", "newcomer")
+    page.select_option("select:near(input[placeholder=username])", "viewer")
+    page.click("button:has-text('add or change role')")
+    page.wait_for_selector("[data-testid=members] tr:has-text('newcomer') >> text=viewer")
+    # Revoking a share link closes it for whoever holds it.
+    row = f"[data-testid=share-links] tr:has-text('{link['prefix']}')"
+    page.click(f"{row} >> button:has-text('revoke')")
+    page.wait_for_selector(f"{row} >> text=revoked")
+    stranger = browser.new_context()
+    try:
+        shared = stranger.new_page()
+        shared.goto(f"{server.url}/share/{link['key']}")  # the server-side form of the link
+        shared.wait_for_selector("text=this link is not valid")
+    finally:
+        stranger.close()
+
+
+def test_a_dropped_socket_resumes_after_the_last_seq_without_duplicates(page, server):
+    subscriptions: list[dict[str, Any]] = []
+    routes: list[Any] = []
+
+    def through(route: Any) -> None:  # a pass-through the test can cut
+        upstream = route.connect_to_server()
+
+        def from_page(message: str | bytes) -> None:
+            subscriptions.append(json.loads(message))
+            upstream.send(message)
+
+        route.on_message(from_page)
+        routes.append(route)
+
+    login(page, server, "demo", "demo-pass")
+    run_id = _launch_by_api(page, server)
+    _wait_run_done(page, server, run_id)
+    total = len(page.request.get(f"{server.url}/api/runs/{run_id}/events/").json()["events"])
+    page.route_web_socket(re.compile(r".*/ws/.*"), through)
+    page.goto(f"{server.url}/#/runs/{run_id}")
+    page.wait_for_function(
+        f"() => document.querySelector('[data-testid=stream-state]')?.textContent"
+        f".endsWith('seq {total}')"
+    )
+    assert subscriptions[0] == {"type": "subscribe", "run": run_id, "after": 0}
+    routes[0].close()
+    deadline = time.monotonic() + 15
+    while len(subscriptions) < 2 and time.monotonic() < deadline:
+        page.wait_for_timeout(200)
+    assert subscriptions[1] == {"type": "subscribe", "run": run_id, "after": total}
+    page.wait_for_selector("[data-testid=stream-state] >> text=live")
+    # Nothing counted twice after the resume.
+    assert page.text_content("[data-testid=finished-count]") == "256"
+    assert page.text_content("[data-testid=stream-state]").endswith(f"seq {total}")
