@@ -17,8 +17,8 @@ setup: $(STAMP) frontend/dist/index.html
 
 # The dashboard: built into frontend/dist (served by Django at /), rebuilt when it changes.
 frontend/dist/index.html: $(FRONTEND_SRC)
-	cd frontend && npm ci --no-audit --no-fund --loglevel=error && npm run build --silent
-	@touch $@
+	cd frontend && npm install --no-audit --no-fund --loglevel=error && npm run build --silent
+	@touch $@  # npm ci refuses vite 8.4's lock (an optional Windows-only dependency missing from it)
 
 frontend-test: frontend/dist/index.html
 	cd frontend && npm test --silent
@@ -26,7 +26,7 @@ frontend-test: frontend/dist/index.html
 services:
 	bash .ci/services.sh
 
-$(STAMP): pyproject.toml
+$(STAMP):  # its name carries the hash of pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]'
