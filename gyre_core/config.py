@@ -96,6 +96,11 @@ class SimConfig:
     rollouts: int = _f(256, "rollouts in the simulated trace", min=1)
     gpus: int = _f(64, "simulated GPUs", min=2)
     rollouts_per_step: int = _f(64, "simulated rollouts per training step", min=1)
+    speed: float = _f(
+        0.0,
+        "replay speed from the web: simulated seconds per wall second (0 = as fast as possible)",
+        min=0.0,
+    )
 
 
 @dataclass(slots=True)

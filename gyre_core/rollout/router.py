@@ -58,11 +58,15 @@ class Router:
         *,
         mode: Literal["migrate", "restart"] = "migrate",
         affinity_slack: int = 4,
+        wait_s: float = 0.0,
     ) -> None:
         if mode not in ("migrate", "restart"):
             raise ValueError(f"mode must be 'migrate' or 'restart', got {mode!r}")
         self.mode = mode
         self.affinity_slack = affinity_slack
+        # With no live engine, a call waits this long for one to join (a unit coming back
+        # to rollout) before NoEngineError; 0 raises at once.
+        self.wait_s = wait_s
         self.stats = RouterStats()
         self._engines: dict[str, Engine] = dict(engines)
         self._draining: set[str] = set()
@@ -202,6 +206,10 @@ class Router:
 
     async def _pick(self, session_id: str) -> str:
         live = self.live()
+        deadline = asyncio.get_running_loop().time() + self.wait_s
+        while not live and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+            live = self.live()
         if not live:
             raise NoEngineError(
                 f"no engine available (engines={sorted(self._engines)}, "

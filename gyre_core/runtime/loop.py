@@ -82,6 +82,7 @@ class Loop:
         self.pending: list[int] = list(range(total) if pending is None else pending)
         self.sessions: dict[int, asyncio.Task[Rollout]] = {}
         self.training = False
+        self.step_units: set[int] = set()  # units computing the running step's gradients
         self.counters = Counters()
         self.state_ref: Any = ray.put(_cpu_state(trainer))
         self.errors: list[BaseException] = []
@@ -99,18 +100,32 @@ class Loop:
                 if await asyncio.to_thread(should_stop):
                     return
             self._reap()
-            decision = self.policy.decide(self.snapshot())
+            live = [s for s in self.units if not s.dead]  # lost units leave the pool
+            decision = self.policy.decide(self.snapshot(live))
             for u, role in decision.targets.items():
-                slot = self.units[u]
+                slot = live[u]
                 if not slot.dead and not slot.busy and slot.target != role:
                     self._spawn(self._switch(slot, role))
             for _ in range(min(decision.admit, len(self.pending))):
                 idx = self.pending.pop(0)
                 self.sessions[idx] = asyncio.ensure_future(self.start_session(idx))
+            self._ensure_rollout()
             if decision.start_step and not self.training:
                 self.training = True
                 self._spawn(self._train_step())
             await asyncio.sleep(TICK_S)
+
+    def _ensure_rollout(self) -> None:
+        """Units can die: if no live unit serves (or is becoming) rollout while sessions
+        need one, bring back a training unit that no step is using."""
+        if not (self.sessions or self.pending):
+            return
+        if any(not s.dead and s.target == ROLLOUT for s in self.units):
+            return
+        for s in self.units:
+            if not s.dead and not s.busy and s.role == TRAIN and s.id not in self.step_units:
+                self._spawn(self._switch(s, ROLLOUT))
+                return
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -129,16 +144,16 @@ class Loop:
                 del self.sessions[idx]
                 self.ready.append(task.result())
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, live: list[UnitSlot]) -> Snapshot:
         calls = self.router.calls_by_engine()
         pinned = self.router.sessions_by_engine()
         started = self.total - len(self.pending)
         return Snapshot(
             t=self.clock(),
-            roles=tuple(IDLE if s.dead else s.role for s in self.units),
-            targets=tuple(IDLE if s.dead else s.target for s in self.units),
-            loads=tuple(calls.get(s.name, 0) for s in self.units),
-            affinity=tuple(pinned.get(s.name, 0) for s in self.units),
+            roles=tuple(s.role for s in live),
+            targets=tuple(s.target for s in live),
+            loads=tuple(calls.get(s.name, 0) for s in live),
+            affinity=tuple(pinned.get(s.name, 0) for s in live),
             queued_calls=0,
             active_sessions=len(self.sessions),
             calls_in_flight=sum(calls.values()),
@@ -217,6 +232,7 @@ class Loop:
 
             total = count_fresh(samples, version, self.trainer.config.staleness_bound)
             replicas = [s for s in self.units if s.role == TRAIN and not s.dead]
+            self.step_units = {r.id for r in replicas}
             width = max(1, min(len(replicas), len(samples)))
             shards = shard_by_tokens(samples, width)
             results = await asyncio.gather(*(
@@ -247,6 +263,7 @@ class Loop:
             self.on_step(batch, metrics)
         finally:
             self.training = False
+            self.step_units = set()
 
     async def _publish(self) -> None:
         version = self.trainer.version

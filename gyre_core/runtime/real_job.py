@@ -11,8 +11,10 @@ were not yet; the rest run again (none is trained twice).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,11 @@ def run_real(
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     say = progress or (lambda _line: None)
+    if cfg.model.engine != "torch":
+        raise ValueError(
+            "model.engine: the real runtime serves rollouts with torch engines only so far; "
+            "vLLM engines are driven directly (gyre_core.rollout.vllm_engine), see docs/vllm.md"
+        )
     torch.manual_seed(cfg.seed)
     model_dir = make_model_dir(cfg, workdir)
     started_ray = start_ray(cfg.cluster.ray_address, cfg.cluster.units,
@@ -83,12 +90,14 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
         split = (cfg.scheduler.rollout_units, units_n - cfg.scheduler.rollout_units)
     policy = make_policy(cfg.policy, units_n, split)
     roles = policy.initial_roles(units_n)
-    router = Router({}, mode=cfg.scheduler.switch_mode)  # type: ignore[arg-type]
-    opts = {"resources": {"gpu_unit": cfg.cluster.gpus_per_unit}}
+    router = Router({}, mode=cfg.scheduler.switch_mode, wait_s=600.0)  # type: ignore[arg-type]
+    tag = uuid.uuid4().hex[:8]  # actors are named (gyre-<tag>-unit-<u>) for operators
     slots = [
-        UnitSlot(u, UnitActor.options(**opts).remote(u, str(model_dir)), IDLE, ROLLOUT)  # type: ignore[attr-defined]
+        UnitSlot(u, UnitActor.options(  # type: ignore[attr-defined]
+            name=f"gyre-{tag}-unit-{u}", resources={"gpu_unit": cfg.cluster.gpus_per_unit}
+        ).remote(u, str(model_dir)), IDLE, ROLLOUT)
         for u in range(units_n)
-    ]
+    ]  # fmt: skip
     if trainer.version == 0 and cfg.train.warm_start_steps:
         say(f"warm start: {cfg.train.warm_start_steps} supervised steps on scripted demos")
         await factory.warm_start(trainer)
@@ -126,7 +135,8 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
         after = await factory.benchmark(router, trainer.version)
         say(f"benchmark after: {after:.3f}")
     for s in slots:
-        ray.kill(s.actor)
+        with contextlib.suppress(Exception):  # a dead unit is already gone
+            ray.kill(s.actor)
     if cancelled:
         sink.emit(ev.RunStatus(t=clock(), status="cancelled", step=trainer.version,
                                message="cancelled by user"))  # fmt: skip

@@ -98,3 +98,28 @@ def test_cancel_is_prompt_and_reported(ray_cluster, model_dir, tmp_path):
 
 def _data(path):
     return json.loads((path / "state.json").read_text())["data_position"]
+
+
+def test_an_engine_killed_mid_run_loses_no_session(ray_cluster, model_dir, tmp_path):
+    sink = ListSink()
+    roles: dict[int, str] = {}
+    killed: list[int] = []
+
+    class Killer:
+        def emit(self, e):
+            sink.emit(e)
+            if e.kind == "role_change":
+                roles[e.unit] = e.to_role
+            if e.kind == "rollout_progress" and not killed:
+                unit = max(u for u, r in roles.items() if r == "rollout")
+                (name,) = [a for a in ray.util.list_named_actors() if a.endswith(f"-unit-{unit}")]
+                ray.kill(ray.get_actor(name))
+                killed.append(unit)
+
+    out = run_job(_cfg(model_dir), sink=Killer(), workdir=tmp_path)
+    assert out["status"] == "succeeded" and out["steps"] == 2 and killed
+    assert roles[killed[0]] == "idle", "the dead unit leaves the pool"
+    started = {e.rollout_id for e in sink.events if e.kind == "rollout_started"}
+    finished = {e.rollout_id for e in sink.events if e.kind == "rollout_finished"}
+    assert started == finished and len(finished) == 4  # every session ran to its end
+    assert out["sessions_restarted"] == 0
