@@ -55,7 +55,8 @@ def _get_paths(client) -> list[str]:
 
 def _fill(path: str, world) -> str:
     collection = path.split("/")[2]
-    path = path.replace("{id}", str(world["ids"][collection]))
+    if "{id}" in path:
+        path = path.replace("{id}", str(world["ids"][collection]))
     path = path.replace("{node_id}", str(world["node"]))
     return path + "?q=root&runs=" + str(world["run"].pk)
 

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import yaml
 from drf_spectacular.utils import extend_schema
-from rest_framework.decorators import api_view, permission_classes
-from rest_framework.permissions import AllowAny
+from rest_framework.decorators import api_view
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -18,7 +17,6 @@ CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 
 @extend_schema(responses={200: dict})
 @api_view(["GET"])
-@permission_classes([AllowAny])  # describes the form only; no data of anyone's
 def schema(request: Request) -> Response:
     """Every config field by dotted path: type, default, help, choices, bounds."""
     return Response(config_schema())
@@ -26,7 +24,6 @@ def schema(request: Request) -> Response:
 
 @extend_schema(responses={200: dict})
 @api_view(["GET"])
-@permission_classes([AllowAny])
 def presets(request: Request) -> Response:
     """The demo configs of ``configs/`` by name, and the default config."""
     found = {

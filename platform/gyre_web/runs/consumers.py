@@ -9,12 +9,19 @@ The event table is the source of truth: each subscription reads the events after
 cursor, sends them, and waits — for a wake-up from the channel layer (service mode) or
 the poll interval (embedded mode, or as a safety net) — then reads again. So a
 subscriber never misses or reorders an event, however the wake-ups arrive.
+
+Many clients usually watch one run. A :class:`RunFeed` per run and process reads each new
+batch from the table once for all of them (the wake-up names the newest ``seq``) and keeps
+the recent events in memory; a subscriber whose cursor is older than that window, or a
+poll without a wake-up, reads the table itself. Database calls run one at a time in
+Channels, so one query per client per batch would queue up behind each other.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -24,6 +31,7 @@ from django.conf import settings
 from gyre_web.runs import selectors
 
 BATCH = 500  # events per message at most
+WINDOW = 5000  # recent events a RunFeed keeps in memory (a few seconds of a busy run)
 
 
 def group_name(run_id: int) -> str:
@@ -40,10 +48,75 @@ def _events(run_id: int, after: int) -> list[dict[str, Any]]:
     return [e.as_message() for e in selectors.events_after(run_id=run_id, after=after, limit=BATCH)]
 
 
+class RunFeed:
+    """The recent events of one run, read once per wake-up for every subscriber in this
+    process: ``cache`` holds contiguous events up to the newest one read; ``latest`` is
+    the newest ``seq`` a wake-up announced."""
+
+    feeds: dict[int, RunFeed] = {}
+
+    def __init__(self, run_id: int) -> None:
+        self.run_id = run_id
+        self.cache: list[dict[str, Any]] = []
+        self.latest = 0
+        self.users = 0
+        self.lock = asyncio.Lock()
+        self.texts: dict[tuple[int, int], str] = {}
+
+    @classmethod
+    def join(cls, run_id: int) -> RunFeed:
+        feed = cls.feeds.setdefault(run_id, cls(run_id))
+        feed.users += 1
+        return feed
+
+    def leave(self) -> None:
+        self.users -= 1
+        if self.users <= 0 and self.feeds.get(self.run_id) is self:
+            del self.feeds[self.run_id]
+
+    def _top(self) -> int:
+        return self.cache[-1]["seq"] if self.cache else 0
+
+    def _covers(self, after: int) -> bool:
+        return bool(self.cache) and self.cache[0]["seq"] <= after + 1
+
+    def _slice(self, after: int) -> list[dict[str, Any]]:
+        start = after + 1 - self.cache[0]["seq"]
+        return self.cache[start : start + BATCH]
+
+    async def after(self, after: int) -> list[dict[str, Any]]:
+        """Events after ``after`` (at most BATCH), from memory when the window holds them."""
+        if self._covers(after) and self._top() >= self.latest:
+            return self._slice(after)
+        async with self.lock:  # the first subscriber reads; the others find it in memory
+            if self._top() < self.latest and (self._covers(after) or after >= self._top()):
+                base = self._top() if self.cache else after
+                fresh = await _events(self.run_id, base)
+                if fresh and (not self.cache or fresh[0]["seq"] == self._top() + 1):
+                    self.cache = (self.cache + fresh)[-WINDOW:]
+            if self._covers(after):
+                return self._slice(after)
+        return await _events(self.run_id, after)  # behind the window: the table itself
+
+    def encode(self, after: int, message: dict[str, Any]) -> str:
+        """The JSON text of an events message, encoded once per (cursor, last seq)."""
+        key = (after, message["events"][-1]["seq"])
+        text = self.texts.get(key)
+        if text is None:
+            if len(self.texts) >= 64:
+                self.texts.clear()
+            text = self.texts[key] = json.dumps(message)
+        return text
+
+    def announce(self, last_seq: int) -> None:
+        self.latest = max(self.latest, last_seq)
+
+
 class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def connect(self) -> None:
         self.subs: dict[int, asyncio.Task[None]] = {}
         self.wake: dict[int, asyncio.Event] = {}
+        self.feeds: dict[int, RunFeed] = {}
         user, link = self.scope.get("user"), self.scope.get("share_link")
         if link is None and not getattr(user, "is_authenticated", False):
             await self.close(code=4401)
@@ -76,6 +149,7 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             return
         await self._unsubscribe(run)
         self.wake[run] = asyncio.Event()
+        self.feeds[run] = RunFeed.join(run)
         if self.channel_layer is not None:
             await self.channel_layer.group_add(group_name(run), self.channel_name)
         await self.send_json({"type": "subscribed", "run": run, "after": after})
@@ -84,6 +158,9 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def _unsubscribe(self, run_id: int) -> None:
         task = self.subs.pop(run_id, None)
         self.wake.pop(run_id, None)
+        feed = self.feeds.pop(run_id, None)
+        if feed is not None:
+            feed.leave()
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -97,11 +174,20 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             wake = self.wake.get(run_id)
             if wake is None:
                 return
+            woken = wake.is_set()
             wake.clear()
-            events = await _events(run_id, after)
+            feed = self.feeds.get(run_id)
+            if woken and feed is not None:
+                events = await feed.after(after)
+            else:  # the first read, or a poll without a wake-up: the table itself
+                events = await _events(run_id, after)
             if events:
+                message = {"type": "events", "run": run_id, "events": events}
+                if feed is not None:  # subscribers at one cursor share one encoding
+                    await self.send(text_data=feed.encode(after, message))
+                else:
+                    await self.send_json(message)
                 after = events[-1]["seq"]
-                await self.send_json({"type": "events", "run": run_id, "events": events})
                 if len(events) == BATCH:
                     continue  # more waiting in the table
             with contextlib.suppress(TimeoutError):
@@ -109,6 +195,10 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
 
     async def run_events(self, message: dict[str, Any]) -> None:
         """Channel-layer wake-up sent by the worker's sink after it commits events."""
-        wake = self.wake.get(int(message["run"]))
+        run_id = int(message["run"])
+        feed = self.feeds.get(run_id)
+        if feed is not None and isinstance(message.get("last_seq"), int):
+            feed.announce(message["last_seq"])
+        wake = self.wake.get(run_id)
         if wake is not None:
             wake.set()
