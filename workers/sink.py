@@ -5,6 +5,7 @@ intervals), then a channel-layer wake-up for the run's websocket group."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -22,12 +23,27 @@ ROLLOUT_KINDS = frozenset({"rollout_started", "rollout_progress", "rollout_finis
 
 class DbSink:
     """Buffers events; writes a batch when it holds ``batch`` events or is ``interval``
-    seconds old (so a slow run still shows up live). Call ``flush`` at the end."""
+    seconds old (so a slow run still shows up live). Call ``flush`` at the end.
 
-    def __init__(self, run_id: int, *, batch: int = 200, interval: float = 0.2) -> None:
+    ``pace`` > 0 replays the run in time (a simulated run watched from the web): ``emit``
+    holds the caller until the event's ``t`` is due at ``pace`` run-clock seconds per wall
+    second, and stops holding once ``stop()`` says the run should stop."""
+
+    def __init__(
+        self,
+        run_id: int,
+        *,
+        batch: int = 200,
+        interval: float = 0.2,
+        pace: float = 0.0,
+        stop: Callable[[], bool] | None = None,
+    ) -> None:
         self.run_id = run_id
         self.batch = batch
         self.interval = interval
+        self.pace = pace
+        self.stop = stop
+        self.origin: float | None = None  # the wall time (monotonic) of t = 0 when pacing
         self.buffer: list[dict[str, Any]] = []
         self.last_flush = time.monotonic()
         self.last_t = 0.0
@@ -39,6 +55,22 @@ class DbSink:
         self.last_t = max(self.last_t, float(event.t))
         if len(self.buffer) >= self.batch or time.monotonic() - self.last_flush >= self.interval:
             self.flush()
+        if self.pace > 0:
+            self._keep_pace(float(event.t))
+
+    def _keep_pace(self, t: float) -> None:
+        now = time.monotonic()
+        if self.origin is None:
+            self.origin = now - t / self.pace
+        due = self.origin + t / self.pace
+        if due <= now:
+            return
+        self.flush()  # what happened so far is visible while the replay waits
+        while (wait := due - time.monotonic()) > 0:
+            if self.stop is not None and self.stop():
+                self.pace = 0.0  # stopping: the rest goes through at full speed
+                return
+            time.sleep(min(wait, 0.1))  # 0.1 s: how long a stop request may wait
 
     def flush(self) -> None:
         self.last_flush = time.monotonic()

@@ -95,8 +95,10 @@ def launch_run(self: Any, run_id: int) -> str:
     workdir.mkdir(parents=True, exist_ok=True)
     continuing = resume  # a resume request or a takeover, with or without a checkpoint
     resume = resume and any(workdir.iterdir())
-    sink = DbSink(run_id)
     stop = StopFlag(run_id)
+    # A simulated run replays at the configured speed (0: as fast as it computes).
+    pace = float(run.config.get("sim", {}).get("speed", 0.0)) if run.backend == "sim" else 0.0
+    sink = DbSink(run_id, pace=pace, stop=stop)
     if run.status == Status.STARTING:
         services.transition(run_id, Status.RUNNING)
     _status_event(sink, Status.RUNNING, run.step, "resumed" if continuing else "started")
