@@ -312,3 +312,36 @@ def test_a_dropped_socket_resumes_after_the_last_seq_without_duplicates(page, se
     # Nothing counted twice after the resume.
     assert page.text_content("[data-testid=finished-count]") == "256"
     assert page.text_content("[data-testid=stream-state]").endswith(f"seq {total}")
+
+
+REAL = {
+    "name": "e2e-real",
+    "backend": "real",
+    "steps": 2,
+    "cluster": {"units": 4},
+    "scheduler": {"policy": "elastic", "drain_deadline_s": 0.0},
+    "rollout": {"tasks_per_step": 1, "group_size": 2, "benchmark_tasks": 1, "max_turns": 4},
+}
+
+
+def test_a_small_real_run_moves_the_timeline_and_rollouts_live(page, server):
+    """A real run (Ray units, torch engines, a trainer) launched from the browser's session:
+    the role timeline gains lanes and rollouts finish while the page watches."""
+    login(page, server, "demo", "demo-pass")
+    run = _api_post(page, server, "/api/runs/",
+                    {"experiment": server.seed["experiment"], "name": "real", "config": REAL})  # fmt: skip
+    page.goto(f"{server.url}/#/runs/{run['id']}")
+    page.wait_for_function(  # the lanes appear while the run is live, not after
+        "() => Number(document.querySelector('[data-testid=role-timeline]')"
+        "?.getAttribute('data-units')) === 4 && "
+        "document.querySelector('[data-testid=run-status]')?.textContent === 'running'",
+        timeout=240_000,
+    )
+    page.wait_for_function(
+        "() => ['succeeded','failed','cancelled'].includes("
+        "document.querySelector('[data-testid=run-status]')?.textContent)",
+        timeout=600_000,
+    )
+    assert page.text_content("[data-testid=run-status]") == "succeeded"
+    assert int(page.text_content("[data-testid=finished-count]") or 0) >= 4
+    shot(page, "run-real")
