@@ -209,7 +209,7 @@ def test_router_migrates_drained_vllm_call_to_torch_keeping_tokens(
     vllm = VLLMEngine(server.base_url, version=0)
     torch_engine = TorchEngine(_hf(ckpts[0]), version=1)  # same weights, other version tag
     router = Router({"vllm": vllm, "torch": torch_engine})
-    params = SamplingParams(max_tokens=400, temperature=0.0)
+    params = LONG  # long enough to be mid-stream when the drain aborts it, on a fast machine too
 
     async def run() -> tuple[Completion, int, Completion]:
         task = asyncio.create_task(router.generate("s", PROMPT, params, request_id="mig"))
