@@ -165,22 +165,24 @@ def test_pause_keep_then_resume_completes_in_flight_request(server: VLLMServer) 
     engine = VLLMEngine(server.base_url)
 
     async def run() -> tuple[Completion, Completion, float, float]:
-        task = asyncio.create_task(engine.generate(PROMPT, MEDIUM, request_id="paused"))
+        task = asyncio.create_task(engine.generate(PROMPT, LONG, request_id="paused"))
         await _until_running(engine, task)
         await engine.pause()
-        await asyncio.sleep(0.3)  # let the step in progress land
-        before = _metric(server, "vllm:generation_tokens_total")
-        await asyncio.sleep(1.0)
-        after = _metric(server, "vllm:generation_tokens_total")
-        assert not task.done(), "pause(keep) must not end the request"
-        await engine.resume()
+        try:  # never leave the shared server paused for the tests after this one
+            await asyncio.sleep(0.3)  # let the step in progress land
+            before = _metric(server, "vllm:generation_tokens_total")
+            await asyncio.sleep(1.0)
+            after = _metric(server, "vllm:generation_tokens_total")
+            assert not task.done(), "pause(keep) must not end the request"
+        finally:
+            await engine.resume()
         paused = await task
-        fresh = await engine.generate(PROMPT, MEDIUM, request_id="unpaused")
+        fresh = await engine.generate(PROMPT, LONG, request_id="unpaused")
         return paused, fresh, before, after
 
     paused, fresh, before, after = asyncio.run(run())
     assert after == before, "tokens were generated while paused"
-    assert paused.finish_reason == "length" and len(paused.token_ids) == MEDIUM.max_tokens
+    assert paused.finish_reason == "length" and len(paused.token_ids) == LONG.max_tokens
     assert paused.token_ids == fresh.token_ids  # the kept state resumed exactly
 
 
