@@ -31,6 +31,7 @@ Transport failures surface as ``OSError`` (``ConnectionError``) or ``RuntimeErro
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -59,6 +60,7 @@ class VLLMEngine:
         self._version = version
         self._timeout = httpx.Timeout(timeout_s, connect=10.0)
         self._in_flight: set[str] = set()
+        self._partial: dict[str, Completion] = {}  # in-flight request -> tokens so far
         self._paused = False  # by this client
 
     @property
@@ -91,6 +93,7 @@ class VLLMEngine:
             body["seed"] = params.seed
         out = Completion([], [], [], "abort", prompt_tokens=len(prompt_ids))
         self._in_flight.add(request_id)
+        self._partial[request_id] = out
         try:
             async with (
                 httpx.AsyncClient(timeout=self._timeout) as client,
@@ -106,7 +109,13 @@ class VLLMEngine:
             raise ConnectionError(f"vLLM server {self.base_url}: {e!r}") from e
         finally:
             self._in_flight.discard(request_id)
+            self._partial.pop(request_id, None)
         return out
+
+    def tokens_so_far(self, request_id: str) -> int:
+        """Tokens streamed back so far for an in-flight request (0 if unknown)."""
+        out = self._partial.get(request_id)
+        return len(out.token_ids) if out is not None else 0
 
     def _absorb(self, out: Completion, chunk: dict[str, Any]) -> None:
         """Append one streamed chunk's tokens (tagged with the current version)."""
@@ -130,7 +139,13 @@ class VLLMEngine:
     async def abort(self, request_id: str) -> bool:
         if request_id not in self._in_flight:
             return False
-        await self._post("/abort_requests", json={"request_ids": [f"cmpl-{request_id}-0"]})
+        # vLLM ignores an abort for a request it has not registered yet (a race with the
+        # stream's start), so send it again until the stream ends (at most ~5 s).
+        for _ in range(50):
+            await self._post("/abort_requests", json={"request_ids": [f"cmpl-{request_id}-0"]})
+            await asyncio.sleep(0.1)
+            if request_id not in self._in_flight:
+                break
         return True
 
     async def pause(self) -> None:

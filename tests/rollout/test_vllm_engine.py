@@ -130,12 +130,15 @@ async def _is_paused(server: VLLMServer) -> bool:
 
 
 async def _until_running(engine: VLLMEngine, task: asyncio.Task[Completion]) -> None:
-    for _ in range(400):
-        if (await engine.load()).running >= 1:
+    """Until the request's first tokens have streamed back (the server runs it)."""
+    rid = next(iter(engine._in_flight), None)
+    for _ in range(8000):
+        rid = rid or next(iter(engine._in_flight), None)
+        if rid is not None and engine.tokens_so_far(rid) >= 1:
             return
         assert not task.done(), f"request finished before the test could act: {task.result()}"
-        await asyncio.sleep(0.05)
-    raise AssertionError("request never showed up as running in /metrics")
+        await asyncio.sleep(0.005)
+    raise AssertionError("the request streamed no token within 40 s")
 
 
 def test_greedy_ids_and_logprobs_match_transformers(
