@@ -71,18 +71,26 @@ class Elastic:
     * **A base training share** of ``train_share`` of the units, taken when a batch is
       ready (units come from rollout only then, so the first batch is gathered on every
       unit).
-    * **Idle engines train.** While a batch is ready or a step runs, every rollout unit
-      beyond what the live sessions need (``ceil(sessions / (fill *
-      max_seqs_per_unit))``, at least ``min_rollout``) moves to training too, lightest-
-      loaded first (fewest prefix caches lost); in-flight calls migrate with their tokens.
-    * **No thrashing.** Between steps, units go back to rollout only when the sessions
-      need more engines than rollout holds and the next batch is far off (fewer than
-      ``return_below`` of a batch ready). A step starts once the units still on their way
-      would not pay for their switch (training on ``n`` units takes ``tokens / (n *
-      rate)``; waiting ``switch_s`` for more must save more than it costs).
+    * **Idle engines train.** While a batch is ready or a step runs and admission is
+      closed, every rollout unit beyond what the sessions need moves to training too,
+      lightest-loaded first (fewest prefix caches lost); in-flight calls migrate with
+      their tokens. The sessions counted are the live ones plus those the batches
+      already waiting will admit when their steps publish (``ceil(sessions / (fill *
+      max_seqs_per_unit))`` engines, at least ``min_rollout``): harvesting engines that
+      the next step's admissions need starves those rollouts while the backlog trains.
+    * **No queueing.** A session waiting for an engine slot makes no progress at all, so
+      when the live sessions overflow the engines' sequence caps, training units that
+      are not inside a step come back at once, whatever the backlog.
+    * **No thrashing.** Otherwise, between steps, units go back to rollout only when the
+      sessions need more engines than rollout holds and the next batch is far off (fewer
+      than ``return_below`` of a batch ready), never below the base share. A step starts
+      once the units still on their way would not pay for their switch (training on
+      ``n`` units takes ``tokens / (n * rate)``; waiting ``switch_s`` for more must save
+      more than it costs).
 
     Tried and dropped (docs/sim-results.md): learning the share online from step timing
-    and backlog; on waves of rollouts that finish together it overshot.
+    and backlog (on waves of rollouts that finish together it overshot); returning units
+    below the base share; packing engines fuller (``fill`` 0.75 or 1).
     """
 
     min_rollout: int = 1
@@ -104,21 +112,24 @@ class Elastic:
         )
         return [TRAIN] * n_train + [ROLLOUT] * (units - n_train)
 
+    def _engines(self, s: Snapshot, sessions: int) -> int:
+        return max(self.min_rollout, math.ceil(sessions / (s.max_seqs_per_unit * self.fill)))
+
     def decide(self, s: Snapshot) -> Decision:
         b = s.rollouts_per_step
         top = s.units - self.min_rollout
         base = max(1, min(top, int(s.units * self.train_share)))
         admit = s.admissible
         sessions = s.active_sessions + admit
-        need = max(self.min_rollout, math.ceil(sessions / (s.max_seqs_per_unit * self.fill)))
+        need = self._engines(s, sessions)
         rollout = [u for u in range(s.units) if s.targets[u] == ROLLOUT]
         train = [u for u in range(s.units) if s.targets[u] == TRAIN]
         targets: dict[int, str] = {}
         if s.ready >= b or s.training:
-            # Harvest engines the sessions do not need only while admission is closed (the
-            # staleness bound or the end of the trace): then sessions can only dwindle
-            # until the next step, and a harvested unit is not wanted back right away.
-            harvest = s.units - need if s.admissible == 0 else 0
+            # Harvest only while admission is closed (the staleness bound or the end of
+            # the trace): sessions can then only dwindle until the next step publishes.
+            soon = min(s.remaining, (s.ready // b) * b)
+            harvest = s.units - self._engines(s, sessions + soon) if admit == 0 else 0
             want = min(top, max(base, harvest))
             movable = [u for u in idle_rollout_units(s) if s.targets[u] == ROLLOUT]
             for u in movable[: max(0, want - len(train))]:
@@ -127,12 +138,20 @@ class Elastic:
             extra = [u for u in train if s.roles[u] == TRAIN][max(base, self.min_train) :]
             for u in extra[: need - len(rollout)]:
                 targets[u] = ROLLOUT
-        coming = len(train) + sum(1 for r in targets.values() if r == TRAIN)
-        start = can_train(s) and self._worth_starting(s, coming)
+        if not targets and not s.training and s.ready < b:
+            overflow = math.ceil(sessions / s.max_seqs_per_unit) - len(rollout)
+            free = [u for u in train if s.roles[u] == TRAIN]
+            for u in free[: max(0, min(overflow, len(train) - max(1, self.min_train)))]:
+                targets[u] = ROLLOUT
+        leaving = sum(1 for r in targets.values() if r == ROLLOUT)
+        coming = len(train) + sum(1 for r in targets.values() if r == TRAIN) - leaving
+        start = can_train(s) and self._worth_starting(s, coming, leaving)
         return Decision(targets=targets, admit=admit, start_step=start)
 
-    def _worth_starting(self, s: Snapshot, coming: int) -> bool:
-        now = len(s.ready_units(TRAIN))
+    def _worth_starting(self, s: Snapshot, coming: int, leaving: int) -> bool:
+        now = len(s.ready_units(TRAIN)) - leaving
+        if now < 1:
+            return False
         if coming <= now:
             return True
         tokens = s.ready_tokens * s.rollouts_per_step / max(s.ready, 1)

@@ -40,6 +40,10 @@ class CostModel:
     group_size: int = 8
     staleness: int = 2  # async and elastic: s - 1 - v <= staleness
     step_overhead_s: float = 5.0  # per training step: optimizer, checkpoint bookkeeping
+    # Router: a session leaves its engine's prefix cache for the least loaded engine when
+    # its own runs > balance_abs calls more and > balance_rel times as many (0: never).
+    balance_abs: int = 32
+    balance_rel: float = 1.5
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -59,9 +63,12 @@ class CostModel:
             "drain_s",
             "staleness",
             "step_overhead_s",
+            "balance_abs",
         ):
             if getattr(self, name) < 0:
                 raise CostError(f"--{_opt(name)}: must be >= 0, got {getattr(self, name)}")
+        if self.balance_rel < 1:
+            raise CostError(f"--balance-rel: must be >= 1, got {self.balance_rel}")
         if self.rollouts_per_step % self.group_size:
             raise CostError(
                 f"--rollouts-per-step {self.rollouts_per_step} is not a multiple of "

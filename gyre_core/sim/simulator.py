@@ -215,8 +215,10 @@ class Simulator:
         context is prefilled there), else the router's queue."""
         cap = self.costs.max_seqs_per_unit
         e = self.engines[s.unit] if s.unit >= 0 else None
-        if e is None or not (
-            e.accepting and self.cluster.roles[e.unit] == ROLLOUT and e.load < cap
+        if (
+            e is None
+            or not (e.accepting and self.cluster.roles[e.unit] == ROLLOUT and e.load < cap)
+            or self.crowded(e)
         ):
             e = None
             best = cap
@@ -242,6 +244,20 @@ class Simulator:
         switch.account(self, e.unit)
         e.add(call, self.t)
         self.schedule(e)
+
+    def crowded(self, e: Engine) -> bool:
+        """Cache-aware routing with a load-balance fallback, as the SGLang and vLLM routers
+        do: a session leaves its engine (and its prefix cache: the whole context is
+        prefilled again elsewhere) once that engine runs more than ``balance_abs`` calls
+        above the least loaded engine in rollout and more than ``balance_rel`` times as
+        many. Without it, sessions stay crowded on the engines they started on while a
+        unit that just came back to rollout sits idle."""
+        c = self.costs
+        if c.balance_abs <= 0 or e.load <= c.balance_abs:
+            return False
+        least = min(o.load for o in self.engines
+                    if o.accepting and self.cluster.roles[o.unit] == ROLLOUT)  # fmt: skip
+        return e.load - least > c.balance_abs and e.load > c.balance_rel * least
 
     def schedule(self, e: Engine) -> None:
         """Make sure a completion event stands at or before the engine's next completion.

@@ -82,8 +82,34 @@ def test_elastic_returns_units_when_the_next_batch_is_far() -> None:
     # units) stays in training; the third training unit goes back.
     s = snap(roles, ready=1, active_sessions=16, started=24, remaining=40, version=2)
     assert pol.decide(s).targets == {2: ROLLOUT}
-    near = replace(s, ready=6)  # 6 of 8 ready: keep the trainer for the next step
+    # 6 of 8 ready and the sessions fit the one engine's cap: keep the trainer.
+    near = replace(s, ready=6, active_sessions=4, started=32, remaining=32)
     assert pol.decide(near).targets == {}
+
+
+def test_elastic_never_lets_sessions_queue_for_an_engine() -> None:
+    pol = Elastic()
+    roles = [TRAIN, TRAIN, TRAIN, ROLLOUT]
+    # 16 sessions overflow one engine's cap of 4: whatever the backlog, the training
+    # units not inside a step come back, all but one.
+    s = snap(roles, ready=6, active_sessions=16, started=24, remaining=40, version=2)
+    assert pol.decide(s).targets == {0: ROLLOUT, 1: ROLLOUT}
+    assert pol.decide(replace(s, training=True)).targets == {}  # a step keeps its units
+    full = replace(s, ready=B)  # a batch is ready: it trains first
+    assert all(r == TRAIN for r in pol.decide(full).targets.values())
+
+
+def test_elastic_keeps_engines_for_the_sessions_the_backlog_will_admit() -> None:
+    pol = Elastic()
+    roles = [ROLLOUT] * 6 + [TRAIN] * 2
+    # Admission is closed (staleness 1, version 0: 16 started); 2 sessions live and 16
+    # rollouts ready. Counting only the 2 live sessions, 7 engines would be spare; the
+    # two steps waiting will admit 16 more sessions, which need 16 / 2 = 8 engines at
+    # half fill: nothing beyond the base share (4 units) is harvested.
+    s = snap(roles, ready=16, active_sessions=2, started=16, remaining=48, version=0)
+    assert s.admissible == 0
+    moved = pol.decide(s).targets
+    assert sorted(moved.values()) == [TRAIN, TRAIN]  # the base share: 2 + 2 = 4
 
 
 def test_registry_and_clusters() -> None:
