@@ -137,9 +137,11 @@ trace = generate("xlong", n, 0)
 t1 = time.perf_counter()
 calls = sum(len(r.turns) for r in trace)
 costs = CostModel(gpus=gpus, rollouts_per_step=rps)
+c1 = time.process_time()
 s = Simulator(trace, costs, make_policy("elastic", costs.units)).run()
-t2 = time.perf_counter()
+t2, c2 = time.perf_counter(), time.process_time()
 print(json.dumps({"rollouts": n, "calls": calls, "gen_s": t1 - t0, "sim_s": t2 - t1,
+                  "sim_cpu_s": c2 - c1, "load": open("/proc/loadavg").read().split()[0],
                   "events": s["events"], "steps": s["steps"], "makespan_s": s["makespan_s"],
                   "efficiency": s["efficiency"],
                   "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
@@ -150,10 +152,11 @@ def speed_section(sizes: list[int], gpus: int, rps: int, budget_s: float) -> Non
     print(f"\n## Simulator speed: elastic, {gpus} GPUs ({gpus // 8} units of 8), xlong, "
           f"{rps} rollouts/step, one process per row\n")  # fmt: skip
     print(
-        "| rollouts | LLM calls | steps | events | generate s | simulate s | events/s "
-        "| calls/s | peak RSS MB | makespan s | efficiency |"
+        "| rollouts | LLM calls | steps | events | generate s | simulate s (wall) "
+        "| simulate CPU s | load avg | events/s (CPU) | calls/s (CPU) | peak RSS MB "
+        "| makespan s | efficiency |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     root = str(Path(__file__).resolve().parents[1])
     for n in sizes:
         try:
@@ -161,12 +164,15 @@ def speed_section(sizes: list[int], gpus: int, rps: int, budget_s: float) -> Non
                                   str(rps)], capture_output=True, text=True, timeout=budget_s,
                                  check=True).stdout  # fmt: skip
         except subprocess.TimeoutExpired:
-            print(f"| {n:,} | — | — | — | — | > {budget_s:.0f} (stopped) | — | — | — | — | — |")
+            print(
+                f"| {n:,} | — | — | — | — | > {budget_s:.0f} (stopped) | — | — | — | — | — | — | — |"
+            )
             break
         r = json.loads(out.strip().splitlines()[-1])
         print(f"| {n:,} | {r['calls']:,} | {r['steps']} | {r['events']:,} | {r['gen_s']:.1f} | "
-              f"{r['sim_s']:.1f} | {r['events'] / r['sim_s']:,.0f} | "
-              f"{r['calls'] / r['sim_s']:,.0f} | {r['maxrss_mb']:,.0f} | "
+              f"{r['sim_s']:.1f} | {r['sim_cpu_s']:.1f} | {r['load']} | "
+              f"{r['events'] / r['sim_cpu_s']:,.0f} | {r['calls'] / r['sim_cpu_s']:,.0f} | "
+              f"{r['maxrss_mb']:,.0f} | "
               f"{r['makespan_s']:,.0f} | {r['efficiency']:.3f} |", flush=True)  # fmt: skip
 
 

@@ -20,8 +20,13 @@ def json_lines(path: str | Path, error: type[LocatedError]) -> Iterator[tuple[in
     """``(line number, decoded object)`` for each non-blank line; invalid JSON raises
     ``error`` naming the line."""
     name = str(path)
-    with open(path, encoding="utf-8") as fh:
-        for lineno, text in enumerate(fh, start=1):
+    with open(path, "rb") as fh:  # bytes: a line that is not UTF-8 is located, not a crash
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise error(name, lineno, "<line>", f"not UTF-8 text: {exc.reason} "
+                            f"at byte {exc.start}") from None  # fmt: skip
             if not text.strip():
                 continue
             try:

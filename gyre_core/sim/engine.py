@@ -61,11 +61,14 @@ class Engine:
         return self._rate
 
     def advance(self, t: float) -> None:
-        start = max(self.t_last, self.paused_until)
+        # The hottest function of the simulator: plain comparisons, no max() calls.
+        last = self.t_last
+        if t <= last:
+            return
+        start = last if last >= self.paused_until else self.paused_until
         if t > start and self.active:
             self.v += (t - start) * self.rate()
-        if t > self.t_last:
-            self.t_last = t
+        self.t_last = t
 
     def add(self, call: Call, t: float) -> None:
         self.advance(t)
@@ -99,8 +102,9 @@ class Engine:
             heapq.heappop(self.heap)  # drop cancelled entries
         if not self.heap:
             return None
-        start = max(t, self.paused_until)
-        return start + max(0.0, self.heap[0][0] - self.v) / self.rate()
+        start = t if t >= self.paused_until else self.paused_until
+        left = self.heap[0][0] - self.v
+        return start + (left if left > 0.0 else 0.0) / self.rate()
 
     def pause(self, t: float, until: float) -> None:
         self.advance(t)

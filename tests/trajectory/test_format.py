@@ -120,6 +120,13 @@ def test_invalid_json_and_duplicate_rollouts(tmp_path):
         list(read_rollouts(p))
 
 
+def test_bytes_that_are_not_utf8_are_located(tmp_path):
+    p = write_lines(tmp_path, GOOD)
+    p.write_bytes(p.read_bytes() + b"\x00\xff\n")
+    with pytest.raises(TrajectoryFormatError, match=r":2: <line>: not UTF-8 text"):
+        list(read_rollouts(p))
+
+
 @settings(max_examples=60, deadline=None)
 @given(logs())
 def test_round_trip_preserves_sequences(tmp_path_factory, rollouts):
