@@ -76,7 +76,7 @@ def test_elastic_waits_for_switching_units_only_when_it_pays() -> None:
 
 
 def test_elastic_returns_units_when_the_next_batch_is_far() -> None:
-    pol = Elastic()
+    pol = Elastic(fill=0.5)
     roles = [TRAIN, TRAIN, TRAIN, ROLLOUT]
     # 16 sessions want 8 engines at half fill; rollout has 1. The base share (half of 4
     # units) stays in training; the third training unit goes back.
@@ -100,7 +100,7 @@ def test_elastic_never_lets_sessions_queue_for_an_engine() -> None:
 
 
 def test_elastic_keeps_engines_for_the_sessions_the_backlog_will_admit() -> None:
-    pol = Elastic()
+    pol = Elastic(fill=0.5)
     roles = [ROLLOUT] * 6 + [TRAIN] * 2
     # Admission is closed (staleness 1, version 0: 16 started); 2 sessions live and 16
     # rollouts ready. Counting only the 2 live sessions, 7 engines would be spare; the
@@ -119,3 +119,15 @@ def test_registry_and_clusters() -> None:
     assert Cluster(1000, 8).counts()["idle"] == 125
     with pytest.raises(ClusterError, match="do not divide"):
         Cluster(12, 8)
+
+
+def test_elastic_harvests_engines_only_before_a_step() -> None:
+    pol = Elastic()
+    roles = [ROLLOUT] * 6 + [TRAIN] * 2
+    # Admission closed, a batch ready, 2 sessions live: before a step the spare engines
+    # go to training (the next step trains on them) ...
+    s = snap(roles, ready=B, active_sessions=2, started=16, remaining=48, version=0)
+    assert s.admissible == 0
+    assert TRAIN in pol.decide(s).targets.values()
+    # ... but while a step runs a harvested engine would only wait for the next one.
+    assert TRAIN not in pol.decide(replace(s, training=True)).targets.values()
