@@ -151,6 +151,7 @@ async def _clients_main(host: str, port: int, key: str, run: int, n: int, last: 
         "worst_client_p95": max(per_client_p95),
         "received": len(every),
         "all_contiguous": all(ok for _, ok in results),
+        "cpu_s": time.process_time(),
     }
     print(json.dumps(out), flush=True)
 
@@ -206,6 +207,9 @@ def fill(args: argparse.Namespace) -> dict[str, Any]:
     stored = MetricPoint.objects.count()
     print(f"filled {stored:,} metric points in {time.perf_counter() - t0:.1f} s "
           f"({len(metric_runs)} runs x {len(names)} names x {per_series:,} steps)")  # fmt: skip
+    t0 = time.perf_counter()  # bulk_create goes around the services: build the rollups
+    rows = services.rebuild_metric_rollups(run_ids=[r.pk for r in metric_runs])
+    print(f"built {rows:,} metric rollup rows in {time.perf_counter() - t0:.1f} s")
 
     # A tree with every internal node holding ``branching`` children, breadth-first.
     b = args.tree_branching
@@ -276,13 +280,30 @@ def bench_api(args: argparse.Namespace, data: dict[str, Any]) -> None:
         print(f"  {label:38s} {ms(times)}   {size / 1024:6.1f} KiB{points}")
 
 
-def _emit_events(run_id: int, count: int, rate: float, **sink_kw: Any) -> float:
+def _emit_events(
+    run_id: int, count: int, rate: float, committed: list[float] | None = None, **sink_kw: Any
+) -> float:
     """Emit ``count`` rollout_progress events through a DbSink, at ``rate`` per second
-    (0: as fast as possible); returns the seconds it took, final flush included."""
+    (0: as fast as possible); returns the seconds it took, final flush included. With
+    ``committed``, appends each event's seconds from creation to its batch's commit."""
     from gyre_core.events import RolloutProgress
     from workers.sink import DbSink
 
-    sink = DbSink(run_id, **sink_kw)
+    class TimedSink(DbSink):
+        def emit(self, event: Any) -> None:
+            pending.append(time.time())
+            super().emit(event)
+
+        def flush(self) -> None:
+            created = pending[:]
+            pending.clear()
+            super().flush()
+            if committed is not None:
+                now = time.time()
+                committed.extend(now - c for c in created)
+
+    pending: list[float] = []
+    sink = TimedSink(run_id, **sink_kw)
     t0 = time.perf_counter()
     for i in range(count):
         if rate:
@@ -319,8 +340,9 @@ def _start_daphne(args: argparse.Namespace, db_name: str) -> tuple[subprocess.Po
         DATABASE_URL=f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db_name}",
         PYTHONPATH=os.pathsep.join([str(ROOT / "platform"), str(ROOT)]),
     )
+    profile = ["-m", "cProfile", "-o", args.profile_daphne] if args.profile_daphne else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+        [sys.executable, *profile, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
          "gyre_web.asgi:application"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         start_new_session=True,
@@ -337,6 +359,15 @@ def _start_daphne(args: argparse.Namespace, db_name: str) -> tuple[subprocess.Po
             time.sleep(0.2)
     proc.kill()
     raise RuntimeError("daphne did not start")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def bench_ws(args: argparse.Namespace, data: dict[str, Any], db_name: str) -> None:
@@ -361,9 +392,15 @@ def bench_ws(args: argparse.Namespace, data: dict[str, Any], db_name: str) -> No
             line = child.stdout.readline().strip()
             if line != "ready":
                 raise RuntimeError(f"clients failed to subscribe: {line!r}")
-            took = _emit_events(run.pk, count, args.ws_rate, batch=200, interval=interval)
+            committed: list[float] = []
+            cpu0, daphne0 = time.process_time(), _cpu_seconds(daphne.pid)
+            took = _emit_events(run.pk, count, args.ws_rate, committed, interval=interval)
             out, _ = child.communicate(timeout=600)
             res = json.loads(out.strip().splitlines()[-1])
+            print(f"  DbSink interval {interval * 1000:4.0f} ms: created -> committed "
+                  f"{ms(committed)}   (load average {os.getloadavg()[0]:.1f}; CPU seconds: "
+                  f"emitter {time.process_time() - cpu0:.1f}, daphne "
+                  f"{_cpu_seconds(daphne.pid) - daphne0:.1f}, clients {res['cpu_s']:.1f})")  # fmt: skip
             print(f"  DbSink interval {interval * 1000:4.0f} ms: p50 {res['p50'] * 1000:6.1f} ms"
                   f"   p95 {res['p95'] * 1000:6.1f} ms   p99 {res['p99'] * 1000:6.1f} ms"
                   f"   max {res['max'] * 1000:6.1f} ms   worst client p95 "
@@ -406,10 +443,11 @@ def main() -> None:
         "--sink-intervals",
         type=float,
         nargs="+",
-        default=[0.2, 0.05],
-        help="DbSink flush intervals to try, seconds (the worker uses 0.2)",
+        default=[0.1, 0.2],
+        help="DbSink flush intervals to try, seconds (the worker uses 0.1)",
     )
     p.add_argument("--skip", nargs="*", default=[], choices=["api", "ingest", "ws"])  # fmt: skip
+    p.add_argument("--profile-daphne", metavar="FILE", help="run daphne under cProfile")
     args = p.parse_args()
     if args.full:
         args.metric_points, args.tree_nodes = 1_000_000, 100_000

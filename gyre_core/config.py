@@ -67,8 +67,15 @@ class RolloutConfig:
     time_budget_s: float = _f(600.0, "wall seconds per rollout before it times out", min=0.0)
     token_budget: int = _f(4096, "generated tokens per rollout before it times out", min=1)
     tool_time_scale: float = _f(0.0, "real seconds slept per simulated tool second", min=0.0)
-    reward: str = _f("progress", "partial credit or 1 only when the task is done",
-                     choices=("progress", "binary"))  # fmt: skip
+    reward: str = _f("progress", "progress (share of components done), partial (finer credit: "
+                     "files, keys, checks), or binary (1 only when the task is done)",
+                     choices=("progress", "partial", "binary"))  # fmt: skip
+    hints: str = _f("off", "repo suite: 'status' ends every observation with the status line "
+                    "of the component in progress (docs/learning.md)",
+                    choices=("off", "status"))  # fmt: skip
+    benchmark_split: str = _f("benchmark", "what the benchmark scores: 'benchmark' = tasks in "
+                              "an unseen vocabulary, 'heldout' = unseen tasks in the train "
+                              "vocabulary", choices=("benchmark", "heldout"))  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -76,6 +83,12 @@ class ModelConfig:
     checkpoint: str = _f("", "a local transformers checkpoint ('' = build a tiny Qwen3)")
     hidden_size: int = _f(64, "tiny model width (when no checkpoint is given)", min=32)
     layers: int = _f(2, "tiny model depth", min=1)
+    tokenizer: str = _f("generic", "tiny model tokenizer corpus: generic text, or that plus "
+                        "the task suite's oracle transcripts (suite words become single tokens)",
+                        choices=("generic", "suite"))  # fmt: skip
+    tie_embeddings: bool = _f(False, "tiny model: share the input embedding with the output "
+                              "head (copying a context token is then learned for all tokens "
+                              "at once)")  # fmt: skip
     engine: str = _f("torch", "rollout engine backend", choices=("torch", "vllm"))
 
 
@@ -88,6 +101,9 @@ class TrainConfig:
     kl_coef: float = _f(0.0, "KL penalty to the initial policy", min=0.0)
     max_tokens: int = _f(4096, "tokens per packed training sample", min=64)
     warm_start_steps: int = _f(0, "supervised steps on scripted demonstrations first", min=0)
+    warm_start_demos: int = _f(0, "fresh scripted demonstrations per warm-start step "
+                               "(0 = rollout.tasks_per_step)", min=0)  # fmt: skip
+    warm_start_lr: float = _f(0.0, "learning rate of the warm start (0 = train.lr)", min=0.0)
 
 
 @dataclass(slots=True)
@@ -177,6 +193,8 @@ def _check(f: Any, value: Any) -> tuple[Any, str]:
         if isinstance(value, bool) or not isinstance(value, int | float):
             return None, f"expected a number, got {value!r}"
         value = float(value)
+    if want == "bool" and not isinstance(value, bool):
+        return None, f"expected true or false, got {value!r}"
     if want == "str" and not isinstance(value, str):
         return None, f"expected a string, got {value!r}"
     meta = f.metadata

@@ -49,6 +49,7 @@ class RoleChange(Event):
     gpus: list[int]
     from_role: str
     to_role: str
+    node: str = ""  # the Ray node id hosting the unit (real runtime; "" when simulated)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,10 +119,26 @@ class TreeReady(Event):
     nodes: int
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RolloutsWritten(Event):
+    """The token payload of the rollouts one training step used: ``path`` is the absolute
+    path of a ``gyre.trajectory/v1`` JSONL file (written whole, then renamed into place)
+    holding their records; ``rollouts`` counts them and ``groups`` lists their group ids.
+    Emitted by the real runtime after each step (after that step's ``tree_ready`` events);
+    benchmark rollouts are not written (they form no group). The worker imports the file
+    into the run's rollouts and trees and keeps a copy in the platform's data dir."""
+
+    kind: ClassVar[str] = "rollouts_written"
+    step: int
+    path: str
+    rollouts: int
+    groups: list[str]
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (RunStatus, RoleChange, RolloutStarted, RolloutProgress, RolloutFinished,
-                CallMigrated, StepFinished, Benchmark, TreeReady)
+                CallMigrated, StepFinished, Benchmark, TreeReady, RolloutsWritten)
 }  # fmt: skip
 
 
@@ -181,6 +198,7 @@ __all__ = [
     "RolloutFinished",
     "RolloutProgress",
     "RolloutStarted",
+    "RolloutsWritten",
     "RunStatus",
     "StepFinished",
     "TreeReady",

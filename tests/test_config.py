@@ -56,3 +56,15 @@ def test_cli_validate_names_each_bad_field(tmp_path) -> None:
     good.write_text(gyre("config", "show").stdout)
     ok = gyre("config", "validate", str(good))
     assert ok.returncode == 0 and "policy elastic" in ok.stdout
+
+
+def test_the_dashboard_bundles_the_current_schema() -> None:
+    """The launch form falls back to a copy of the schema bundled at build time; it must
+    be the schema of this code (regenerate: json.dumps(config_schema(), indent=1))."""
+    import json
+    from pathlib import Path
+
+    from gyre_core.config import config_schema
+
+    bundled = Path(__file__).resolve().parents[1] / "frontend/src/lib/schema.snapshot.json"
+    assert json.loads(bundled.read_text()) == json.loads(json.dumps(config_schema()))

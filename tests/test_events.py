@@ -16,7 +16,7 @@ from gyre_core.sim.workload import generate
 
 DESIGN_KINDS = {
     "run_status": {"status", "step", "message"},
-    "role_change": {"unit", "gpus", "from_role", "to_role"},
+    "role_change": {"unit", "gpus", "from_role", "to_role", "node"},
     "rollout_started": {"rollout_id", "task_id", "group_id", "step"},
     "rollout_progress": {"rollout_id", "turns", "tokens", "progress", "branches"},
     "rollout_finished": {
@@ -32,6 +32,7 @@ DESIGN_KINDS = {
     "step_finished": {"step", "version", "metrics"},
     "benchmark": {"step", "suite", "score", "tasks"},
     "tree_ready": {"group_id", "rollouts", "tokens_unique", "tokens_per_call", "nodes"},
+    "rollouts_written": {"step", "path", "rollouts", "groups"},
 }
 
 

@@ -1,7 +1,7 @@
 """The Celery app, configured from the Django settings (``CELERY_*``).
 
 celery -A workers.celery_app worker -P solo      (embedded or service mode)
-celery -A workers.celery_app beat                (the periodic reaper)
+celery -A workers.celery_app beat                (the periodic reaper and inventory sync)
 """
 
 from __future__ import annotations
@@ -24,4 +24,10 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.include = ["workers.tasks"]
 app.conf.beat_schedule = {
     "reap-stale-runs": {"task": "workers.tasks.reap_stale_runs", "schedule": 60.0},
+    # with RAY_ADDRESS set: Ray's nodes and GPUs into the inventory (a lost node shows gone)
+    "sync-ray-inventory": {
+        "task": "workers.tasks.sync_ray_inventory",
+        "schedule": 30.0,
+        "options": {"expires": 25.0},  # workers busy with runs: drop, do not pile up
+    },
 }

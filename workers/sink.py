@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 from gyre_web.cluster.services import record_role_changes
@@ -17,8 +17,14 @@ from gyre_web.runs.services import append_events
 from gyre_web.trajectories.services import record_rollout_events
 
 from gyre_core.events import Event
+from workers.wake import Waker
 
-ROLLOUT_KINDS = frozenset({"rollout_started", "rollout_progress", "rollout_finished", "tree_ready"})
+PAYLOAD_EVENTS = 500  # a wake-up carries its batch up to this many events (consumers.BATCH)
+
+# rollouts_written: the step's payload file, imported into rollouts, trees and nodes
+ROLLOUT_KINDS = frozenset(
+    {"rollout_started", "rollout_progress", "rollout_finished", "tree_ready", "rollouts_written"}
+)
 
 
 class DbSink:
@@ -34,7 +40,7 @@ class DbSink:
         run_id: int,
         *,
         batch: int = 200,
-        interval: float = 0.2,
+        interval: float = 0.1,  # the first event of a batch waits this long at most
         pace: float = 0.0,
         stop: Callable[[], bool] | None = None,
     ) -> None:
@@ -86,9 +92,27 @@ class DbSink:
                 run_id=self.run_id, events=[e for e in events if e["kind"] == "role_change"]
             )
             if self.layer is not None:  # wake the subscribers once the rows are visible
-                message = {"type": "run.events", "run": self.run_id, "last_seq": rows[-1].seq}
+                message = wake_message(self.run_id, rows)
                 transaction.on_commit(lambda: self._wake(message))
         self.written += len(rows)
 
     def _wake(self, message: dict[str, Any]) -> None:
-        async_to_sync(self.layer.group_send)(group_name(self.run_id), message)
+        Waker.of(self.layer).send(group_name(self.run_id), message)
+
+
+def wake_message(run_id: int, rows: list[Any]) -> dict[str, Any]:
+    """The wake-up for a committed batch. It carries the batch itself (as the table will
+    read back: UTC ``wall``) when small enough, so each server process adds it to its run
+    feed without a query; consumers check that it continues what they hold."""
+    message: dict[str, Any] = {"type": "run.events", "run": run_id, "last_seq": rows[-1].seq}
+    if len(rows) <= PAYLOAD_EVENTS:
+        message["events"] = [
+            {"seq": r.seq, "kind": r.kind, "t": r.t, "wall": _utc(r.wall).isoformat(),
+             "data": r.data}
+            for r in rows
+        ]  # fmt: skip
+    return message
+
+
+def _utc(wall: datetime) -> datetime:  # as the database gives it back (USE_TZ, UTC)
+    return wall.astimezone(UTC) if wall.tzinfo else wall.replace(tzinfo=UTC)

@@ -3,6 +3,8 @@ from its checkpoint), have time limits, and retry on transient database errors."
 
 from __future__ import annotations
 
+import logging
+import sys
 import time
 import traceback
 from datetime import timedelta
@@ -20,6 +22,9 @@ from gyre_core.events import RunStatus
 from workers.celery_app import app
 from workers.sink import DbSink
 
+log = logging.getLogger(__name__)
+INVENTORY_EVERY_S = 30.0  # how often a run on a shared Ray cluster refreshes the inventory
+
 
 class StopFlag:
     """``should_stop`` for run_job: reads the run's stop request at most every ``every``
@@ -30,6 +35,7 @@ class StopFlag:
         self.every = every
         self.checked = 0.0
         self.mode = ""
+        self.synced = 0.0
 
     def __call__(self) -> bool:
         now = time.monotonic()
@@ -40,6 +46,9 @@ class StopFlag:
                 or ""
             )
             services.heartbeat(run_id=self.run_id)
+            if now - self.synced >= INVENTORY_EVERY_S:
+                self.synced = now
+                _sync_inventory_from_run()
         return bool(self.mode)
 
 
@@ -149,3 +158,33 @@ def reap_stale_runs() -> int:
         release_gpus(run_id=run_id)
         reaped += 1
     return reaped
+
+
+def _sync_inventory_from_run() -> None:
+    """A real run on a shared cluster (RAY_ADDRESS) connects this worker to Ray: refresh the
+    inventory from here too, since a solo worker busy with a run takes no beat task."""
+    ray = sys.modules.get("ray")  # a sim run never imports it
+    if not settings.RAY_ADDRESS or ray is None or not ray.is_initialized():
+        return
+    from gyre_web.cluster.services import sync_inventory
+
+    from gyre_core.runtime.inventory import read_inventory
+
+    try:
+        sync_inventory(nodes=[r.to_dict() for r in read_inventory()])
+    except Exception:  # the inventory is a view: never fail a run over it
+        log.exception("inventory sync from a run failed")
+
+
+@app.task(time_limit=60)
+def sync_ray_inventory() -> dict[str, int]:
+    """Ray's view of the cluster into the Node and Gpu rows; a no-op without RAY_ADDRESS
+    (each run then starts its own local Ray, which has no inventory worth keeping)."""
+    from gyre_web.cluster.services import sync_inventory
+
+    from gyre_core.runtime.inventory import read_inventory
+
+    if not settings.RAY_ADDRESS:
+        return {}
+    records = read_inventory(str(settings.RAY_ADDRESS))
+    return sync_inventory(nodes=[r.to_dict() for r in records])

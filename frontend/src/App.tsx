@@ -1,6 +1,7 @@
 import { lazy, Suspense, useEffect, useState } from "react";
 import { HashRouter, Navigate, NavLink, Route, Routes, useLocation, useParams } from "react-router-dom";
-import { isSignedIn, logout } from "./lib/api";
+import { isSignedIn, listAll, logout } from "./lib/api";
+import { WRITE_ROLES, type Team } from "./lib/types";
 import { LoginPage } from "./pages/LoginPage";
 
 // Pages load on first visit: the sign-in screen needs neither charts nor lists.
@@ -22,9 +23,17 @@ function Shell() {
   const [signedIn, setSignedIn] = useState<boolean | null>(null);
   const location = useLocation();
   const shared = location.pathname.startsWith("/share/") || location.pathname === "/bench";
+  // A viewer in every team can launch nothing: the Launch link is hidden from them.
+  const [canLaunch, setCanLaunch] = useState(false);
   useEffect(() => {
     if (!shared) void isSignedIn().then(setSignedIn);
   }, [shared]);
+  useEffect(() => {
+    if (!signedIn) return;
+    listAll<Team>("/api/teams/")
+      .then((teams) => setCanLaunch(teams.some((t) => t.role !== null && WRITE_ROLES.includes(t.role))))
+      .catch(() => undefined);
+  }, [signedIn]);
 
   if (shared)
     return (
@@ -44,7 +53,7 @@ function Shell() {
       <nav>
         <b>Gyre</b>
         <NavLink to="/runs">Runs</NavLink>
-        <NavLink to="/launch">Launch</NavLink>
+        {canLaunch && <NavLink to="/launch">Launch</NavLink>}
         <NavLink to="/compare">Compare</NavLink>
         <NavLink to="/team">Team</NavLink>
         <NavLink to="/cluster">Cluster</NavLink>

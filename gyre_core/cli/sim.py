@@ -19,6 +19,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, NoReturn
 
+from gyre_core.cli import predict
 from gyre_core.cli.common import positive_int
 from gyre_core.cluster import Cluster, ClusterError
 from gyre_core.events import JsonlSink
@@ -69,6 +70,8 @@ def register(groups: Sub) -> None:
     c.add_argument("--progress", action="store_true", help="one stderr line per simulation")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=cmd_compare)
+
+    predict.register(cmds)
 
 
 def _cost_options(p: argparse.ArgumentParser) -> None:

@@ -18,9 +18,21 @@ the spec's keys, in order, with the spec's values, and whose latest ``run_check`
 never raises on bad input; it returns an error observation instead. Each observation carries a
 heavy-tailed simulated tool latency for schedulers and harnesses to use.
 
-Splits: ``load_suite("train" | "benchmark", n, seed)``; the two splits draw component names,
-keys and values from disjoint vocabularies. ``scripted_actions`` is an oracle agent reaching
-progress 1.0; ``random_actions`` is an untrained baseline that scores near 0.
+Splits: ``load_suite("train" | "benchmark" | "heldout", n, seed)``. ``train`` and
+``benchmark`` draw component names, keys and values from disjoint vocabularies (a test of
+generalisation to unseen words); ``heldout`` draws *unseen tasks* from the train vocabulary
+(its own random stream: new combinations of names, keys, values and numbers), the held-out
+split a small model can be scored on after a few minutes of training.
+
+``hints=True`` (a :class:`RepoEnv` option) ends the prompt and every observation with a
+status line for the first component not yet complete -- ``focus: <path> <state>`` where
+the state is ``missing`` (no file yet), ``<key> <value>`` (the next key to write and its
+value) or ``unchecked`` (written, its check has not passed) -- the "status bar" of an
+agent UI. The agent still has to choose the tool (create, write, check, fix after a
+crashed check) and copy its arguments exactly; the component name is the path's stem.
+
+``scripted_actions`` is an oracle agent reaching progress 1.0; ``random_actions`` is an
+untrained baseline that scores near 0.
 """
 
 from __future__ import annotations
@@ -29,7 +41,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Literal
 
-Split = Literal["train", "benchmark"]
+Split = Literal["train", "benchmark", "heldout"]
+SPLITS: tuple[Split, ...] = ("train", "benchmark", "heldout")
 Size = Literal["short", "medium", "long"]
 SIZES: tuple[Size, ...] = ("short", "medium", "long")
 TOOLS: tuple[str, ...] = ("create_file", "write", "run_check", "fix", "submit")
@@ -279,12 +292,16 @@ class _File:
 
 class RepoEnv:
     """One episode on a :class:`TaskSpec`. ``max_steps`` (default: twice the oracle horizon
-    plus 10) ends the episode and keeps the progress reached."""
+    plus 10) ends the episode and keeps the progress reached. ``hints`` adds the status
+    line (see the module docstring) to the prompt and to every observation."""
 
-    def __init__(self, spec: TaskSpec, max_steps: int | None = None, seed: int = 0) -> None:
+    def __init__(
+        self, spec: TaskSpec, max_steps: int | None = None, seed: int = 0, *, hints: bool = False
+    ) -> None:
         if max_steps is not None and max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self.spec = spec
+        self.hints = hints
         self.max_steps = max_steps if max_steps is not None else 2 * spec.optimal_steps + 10
         self.steps = 0
         self.done = False
@@ -306,13 +323,56 @@ class RepoEnv:
         passed = sum(self.hidden_check(c.name) for c in self.spec.components)
         return passed / len(self.spec.components)
 
+    @property
+    def credit(self) -> float:
+        """Finer partial credit in [0, 1], a shaped reward: the share of the task's units
+        of work done -- per component, its file exists, each spec key holds its value (in
+        order, from the first), and its check passed -- so it moves before a whole component
+        does. ``progress`` (whole components) stays the score; ``credit`` is 1 exactly when
+        ``progress`` is."""
+        done = total = 0
+        for c in self.spec.components:
+            total += len(c.fields) + 2
+            if self.hidden_check(c.name):
+                done += len(c.fields) + 2
+                continue
+            f = self._files.get(c.path)
+            if f is None:
+                continue
+            done += 1
+            for got, want in zip(f.fields, c.fields, strict=False):
+                if got != want:
+                    break
+                done += 1
+        return done / total
+
+    def status_line(self) -> str:
+        """``focus: <path> <state>`` for the first component not yet complete ("" when all
+        are): state ``missing``, ``<key> <value>`` (the next key to write) or ``unchecked``."""
+        for c in self.spec.components:
+            if self.hidden_check(c.name):
+                continue
+            f = self._files.get(c.path)
+            if f is None:
+                state = "missing"
+            elif len(f.fields) < len(c.fields):
+                state = " ".join(c.fields[len(f.fields)])
+            else:
+                state = "unchecked"
+            return f"focus: {c.path} {state}"
+        return ""
+
+    def _with_status(self, text: str) -> str:
+        line = self.status_line() if self.hints else ""
+        return f"{text}\n{line}" if line else text
+
     # --- stepping ------------------------------------------------------------------------
 
     def reset(self) -> Observation:
         self.steps = 0
         self.done = False
         self._files = {}
-        return Observation(self.spec.prompt(), False, 0.0, 0.0)
+        return Observation(self._with_status(self.spec.prompt()), False, 0.0, 0.0)
 
     def step(self, text: str) -> Observation:
         if self.done:
@@ -331,6 +391,8 @@ class RepoEnv:
         elif self.steps >= self.max_steps:
             self.done = True
             msg += f"\nstep budget of {self.max_steps} exhausted"
+        if not self.done:
+            msg = self._with_status(msg)
         return Observation(msg, self.done, progress, self._latency(tool), ok=ok)
 
     def _latency(self, tool: str) -> float:
@@ -436,12 +498,13 @@ class RepoEnv:
 
 
 def make_task(split: Split, size: Size, seed: int) -> TaskSpec:
-    """One task, a pure function of (split, size, seed)."""
-    if split not in _VOCAB:
-        raise ValueError(f"unknown split {split!r}; expected 'train' or 'benchmark'")
+    """One task, a pure function of (split, size, seed). ``heldout`` uses the train
+    vocabulary with a random stream of its own (see the module docstring)."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
     if size not in _SIZE_SHAPE:
         raise ValueError(f"unknown size {size!r}; expected one of {SIZES}")
-    vocab = _VOCAB[split]
+    vocab = _VOCAB["train" if split == "heldout" else split]
     rng = random.Random(f"repo_suite/{split}/{size}/{seed}")
     (clo, chi), (klo, khi) = _SIZE_SHAPE[size]
     package = rng.choice(vocab["package"])
@@ -503,6 +566,22 @@ def random_actions(spec: TaskSpec, n: int, seed: int = 0) -> list[str]:
     return out
 
 
+def transcripts(
+    split: Split, n: int, seed: int = 0, sizes: tuple[Size, ...] = SIZES, *, hints: bool = False
+) -> list[str]:
+    """Oracle episodes as text (prompt, then action and observation lines): a tokenizer
+    corpus that covers the suite's words. An action starts its line, as a model writes it
+    after the harness's ``> `` cue (tokenized apart)."""
+    out = []
+    for spec in load_suite(split, n, seed, sizes):
+        env = RepoEnv(spec, hints=hints)
+        lines = [env.reset().text]
+        for action in scripted_actions(spec):
+            lines += [action, env.step(action).text]
+        out.append("\n".join(lines) + "\n")
+    return out
+
+
 def rollout(env: RepoEnv, actions: list[str]) -> tuple[float, int, float]:
     """Run ``actions`` until done: returns (progress, steps taken, total latency seconds)."""
     latency = 0.0
@@ -530,6 +609,7 @@ def _first_duplicate(items: list[str]) -> str | None:
 
 __all__ = [
     "SIZES",
+    "SPLITS",
     "TOOLS",
     "ComponentSpec",
     "Observation",
@@ -540,4 +620,5 @@ __all__ = [
     "random_actions",
     "rollout",
     "scripted_actions",
+    "transcripts",
 ]

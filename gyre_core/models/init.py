@@ -39,13 +39,16 @@ def init_checkpoint(
     max_positions: int = 32768,
     seed: int = 0,
     corpus: Sequence[str] | None = None,
+    tie_embeddings: bool = False,
     overwrite: bool = False,
 ) -> Path:
     """Write a fresh checkpoint to ``out_dir`` and return its path.
 
     The tokenizer is trained on ``corpus`` (default: :func:`default_corpus`); its vocab may
     come out smaller than ``vocab_size`` when the corpus is too small to fill it, and the
-    model's vocab is the tokenizer's. The same arguments give byte-identical files.
+    model's vocab is the tokenizer's. ``tie_embeddings`` shares the input embedding with the
+    output head (a copy of a context token is then one circuit for every token, which a tiny
+    model learns far sooner). The same arguments give byte-identical files.
     """
     out = Path(out_dir)
     _check_dir(out, overwrite)  # before any work; nothing is touched until the model exists
@@ -60,6 +63,7 @@ def init_checkpoint(
         "head_dim": head_dim,
         "intermediate": intermediate,
         "max_positions": max_positions,
+        "tie_embeddings": int(tie_embeddings),
     }
     config = tiny_qwen3_config(
         len(hf_tok),
@@ -70,6 +74,7 @@ def init_checkpoint(
         head_dim=head_dim,
         intermediate=intermediate,
         max_positions=max_positions,
+        tie_embeddings=tie_embeddings,
     )
     config.bos_token_id = hf_tok.bos_token_id
     config.eos_token_id = hf_tok.eos_token_id

@@ -8,10 +8,12 @@ log-probabilities and versions -- so the harness logs their calls the same way.
   an action stops at the first newline (``stop_token_ids`` = every vocabulary entry whose
   text holds a newline, plus end-of-text) unless the environment takes multi-line actions.
 * :class:`ScriptedAgent` replays the environment's oracle plan. Its text is tokenized and
-  logged as the completion with log-probability 0.0 and version ``version`` -- an int, or a
-  callable read at each call (pass ``lambda: engine.version`` to tag oracle tokens with the
-  policy version being served; the router keeps its engines private, so it cannot be asked).
-  For compaction it writes a deterministic summary of the environment's progress.
+  logged as the completion. Given a ``router``, the call goes through an engine: the router
+  *scores* the forced text (teacher forcing, ``Router.score``), so the call logs the policy's
+  real per-token logprobs and the serving engine's version, like a model-driven call.
+  Without one (fast unit tests) it logs log-probability 0.0 and version ``version`` -- an
+  int, or a callable read at each call. For compaction it writes a deterministic summary of
+  the environment's progress.
 """
 
 from __future__ import annotations
@@ -150,7 +152,11 @@ class ScriptedAgent:
     ``fault_at=i`` injects one mistake for tests of retries: on its first attempt at
     component ``i`` (>= 1) it overwrites a value of component ``i-1`` and re-checks it, a
     failure that a restore to the save point before component ``i`` undoes; after any
-    restore it plays clean."""
+    restore it plays clean.
+
+    ``router``: when given, every call is scored by an engine behind it (teacher forcing:
+    one forward pass over prompt + oracle text), and the logged call carries the engine's
+    logprobs, version and finish_reason ``"forced"``; ``version`` is then unused."""
 
     def __init__(
         self,
@@ -159,6 +165,7 @@ class ScriptedAgent:
         *,
         version: int | Callable[[], int] = 0,
         fault_at: int | None = None,
+        router: Router | None = None,
     ) -> None:
         if fault_at is not None and not 1 <= fault_at < len(env.components()):
             raise ValueError(
@@ -169,6 +176,7 @@ class ScriptedAgent:
         self.codec = tokenizer if isinstance(tokenizer, Codec) else Codec(tokenizer)
         self.version = version
         self.fault_at = fault_at
+        self.router = router
         self._cursor: dict[str, int] = {}
         self._restores = 0
 
@@ -220,6 +228,11 @@ class ScriptedAgent:
         else:
             text = self._next_action(ask.agent, ask.component)
         ids = self.codec.encode(text + "\n")
+        if self.router is not None:
+            out = await self.router.score(
+                ask.session_id, ask.prompt_ids, ids, request_id=ask.request_id
+            )
+            return Generated(text, ids, out.logprobs, out.versions, out.finish_reason)
         version = self.version() if callable(self.version) else self.version
         return Generated(text, ids, [0.0] * len(ids), [version] * len(ids), "stop")
 

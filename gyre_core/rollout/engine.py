@@ -8,7 +8,7 @@ can correct for staleness and the trajectory processor can build trees.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +33,7 @@ class Completion:
     token_ids: list[int]
     logprobs: list[float]  # one per generated token, under the sampling policy
     versions: list[int]  # the policy version that generated each token
-    finish_reason: str  # "stop", "length" or "abort"
+    finish_reason: str  # "stop", "length", "abort"; "forced" for a score (teacher forcing)
     prompt_tokens: int = 0
     extra: dict[str, float] = field(default_factory=dict)
 
@@ -66,3 +66,19 @@ class Engine(Protocol):
 
     @property
     def version(self) -> int: ...
+
+
+@runtime_checkable
+class ScoringEngine(Engine, Protocol):
+    """An engine that can also *score* a given continuation (teacher forcing): the router
+    sends a scripted agent's oracle text there so its logged calls carry the policy's real
+    logprobs and version. ``TorchEngine`` and ``VLLMEngine`` are scoring engines."""
+
+    async def score(
+        self, prompt_ids: list[int], completion_ids: list[int], *, request_id: str
+    ) -> Completion:
+        """One forward pass over ``prompt_ids + completion_ids``: returns ``completion_ids``
+        with, for each, its log-probability under the current policy (the temperature-1 raw
+        log-softmax that ``generate`` records) and the engine's version; finish_reason
+        ``"forced"``. Nothing is sampled."""
+        ...

@@ -15,6 +15,12 @@
   ``ConnectionError``), the engine is marked dead and the call continues elsewhere with the
   tokens known so far (none: an exception carries no partial tokens).
 
+* **Scores** (teacher forcing, :meth:`Router.score`: a scripted agent's oracle text) are
+  routed like calls -- same affinity and least-loaded choice, among engines that implement
+  :class:`~gyre_core.rollout.engine.ScoringEngine` -- and count as load. A score is one
+  prefill, so a drain waits for it until the deadline but never aborts or migrates it; an
+  engine that dies under it is marked dead like any other and the score is re-sent elsewhere.
+
 A drained or dead engine stays out of rotation until ``add`` puts it back.
 """
 
@@ -26,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from gyre_core.rollout.engine import Completion, Engine, SamplingParams
+from gyre_core.rollout.engine import Completion, Engine, SamplingParams, ScoringEngine
 
 
 class NoEngineError(RuntimeError):
@@ -39,6 +45,7 @@ class RouterStats:
     tokens_reprefilled: int = 0  # prompt + kept tokens re-sent to the new engine
     tokens_discarded: int = 0  # generated tokens thrown away (restart mode)
     sessions_restarted: int = 0  # calls started over from scratch (restart mode)
+    calls_scored: int = 0  # scores (teacher-forced continuations) answered
     routed: dict[str, int] = field(default_factory=dict)  # engine -> calls sent there
 
 
@@ -49,6 +56,7 @@ class _Call:
     done: asyncio.Event = field(default_factory=asyncio.Event)
     evicted: bool = False  # aborted by a drain: continue elsewhere
     cancelled: bool = False  # aborted by the caller: return the partial completion
+    score: bool = False  # a teacher-forced score: a drain waits for it, never aborts it
 
 
 class Router:
@@ -174,6 +182,42 @@ class Router:
                 self.stats.sessions_restarted += 1
                 kept = Completion([], [], [], "abort")
 
+    async def score(
+        self, session_id: str, prompt_ids: list[int], completion_ids: list[int], *, request_id: str
+    ) -> Completion:
+        """Score ``completion_ids`` after ``prompt_ids`` on one engine (teacher forcing, see
+        :class:`~gyre_core.rollout.engine.ScoringEngine`), chosen as for a call."""
+        if request_id in self._calls:
+            raise ValueError(f"request_id {request_id!r} is already in flight")
+        attempt = 0
+        while True:
+            name = await self._pick(session_id, scoring=True)
+            engine = self._engines.get(name)
+            if (
+                not isinstance(engine, ScoringEngine)
+                or name in self._draining
+                or name in self._dead
+            ):
+                continue  # it left rotation while the loads were being read: pick again
+            call = _Call(name, request_id if attempt == 0 else f"{request_id}~{attempt}")
+            call.score = True
+            self._calls[request_id] = call
+            self._sessions[session_id] = name
+            self.stats.routed[name] = self.stats.routed.get(name, 0) + 1
+            try:
+                out = await engine.score(prompt_ids, completion_ids, request_id=call.request_id)
+            except (RuntimeError, OSError):
+                self._dead.add(name)
+                if self.on_dead is not None:
+                    self.on_dead(name)
+                attempt += 1
+                continue
+            finally:
+                call.done.set()
+                self._calls.pop(request_id, None)
+            self.stats.calls_scored += 1
+            return out
+
     async def abort(self, request_id: str) -> bool:
         """Abort a call for its caller, who gets the tokens so far (finish_reason "abort")."""
         call = self._calls.get(request_id)
@@ -196,7 +240,7 @@ class Router:
             for w in pending:
                 w.cancel()
         moved = 0
-        for c in [c for c in self._calls.values() if c.engine == name]:
+        for c in [c for c in self._calls.values() if c.engine == name and not c.score]:
             c.evicted = True
             if await engine.abort(c.request_id):
                 moved += 1
@@ -204,15 +248,22 @@ class Router:
 
     # ------------------------------------------------------------------ choice
 
-    async def _pick(self, session_id: str) -> str:
-        live = self.live()
+    async def _pick(self, session_id: str, *, scoring: bool = False) -> str:
+        def candidates() -> list[str]:
+            names = self.live()
+            if scoring:
+                names = [n for n in names if isinstance(self._engines[n], ScoringEngine)]
+            return names
+
+        live = candidates()
         deadline = asyncio.get_running_loop().time() + self.wait_s
         while not live and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.05)
-            live = self.live()
+            live = candidates()
         if not live:
             raise NoEngineError(
-                f"no engine available (engines={sorted(self._engines)}, "
+                f"no engine{' able to score' if scoring else ''} available "
+                f"(engines={sorted(self._engines)}, "
                 f"draining={sorted(self._draining)}, dead={sorted(self._dead)})"
             )
         loads = {n: await self._load(n) for n in live}

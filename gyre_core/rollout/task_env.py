@@ -25,7 +25,7 @@ from gyre_core.envs.coding import CodingEnv
 from gyre_core.envs.repo_suite import RepoEnv, TaskSpec
 
 SUITES = ("repo", "coding")
-SPLITS = ("train", "benchmark")
+SPLITS = repo_suite.SPLITS
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,10 +88,12 @@ class RepoTaskEnv:
 
     multiline_actions = False
 
-    def __init__(self, spec: TaskSpec, seed: int = 0, max_steps: int | None = None) -> None:
+    def __init__(
+        self, spec: TaskSpec, seed: int = 0, max_steps: int | None = None, *, hints: bool = False
+    ) -> None:
         self.spec = spec
         self.task_id = spec.task_id
-        self.env = RepoEnv(spec, max_steps=max_steps, seed=seed)
+        self.env = RepoEnv(spec, max_steps=max_steps, seed=seed, hints=hints)
         self._latency = 0.0
         self._failed = False
         self._error = False
@@ -111,6 +113,10 @@ class RepoTaskEnv:
 
     def progress(self) -> float:
         return self.env.progress
+
+    def credit(self) -> float:
+        """The suite's finer partial credit (:attr:`RepoEnv.credit`), a shaped reward."""
+        return self.env.credit
 
     @property
     def tool_latency_s(self) -> float:
@@ -304,13 +310,20 @@ def _skipped(rel: Path) -> bool:
 
 
 def make_env(
-    suite: str, split: str = "train", index: int | str = 0, seed: int = 0, *, suite_seed: int = 0
+    suite: str,
+    split: str = "train",
+    index: int | str = 0,
+    seed: int = 0,
+    *,
+    suite_seed: int = 0,
+    hints: bool = False,
 ) -> TaskEnv:
     """The ``index``-th task of ``suite`` (``"repo"`` or ``"coding"``) and ``split``.
 
     ``seed`` seeds the episode (tool latencies); ``suite_seed`` picks the repo suite's task
-    list (as :func:`~gyre_core.envs.repo_suite.load_suite`). The coding suite has one pool of
-    tasks for both splits; ``index`` may also be a coding task's name."""
+    list (as :func:`~gyre_core.envs.repo_suite.load_suite`); ``hints`` turns on the repo
+    suite's status line. The coding suite has one pool of tasks for every split; ``index``
+    may also be a coding task's name."""
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(SUITES)}")
     if split not in SPLITS:
@@ -320,8 +333,8 @@ def make_env(
             raise ValueError(f"repo suite index must be an integer >= 0, got {index!r}")
         sizes = repo_suite.SIZES
         size = sizes[index % len(sizes)]
-        spec = repo_suite.make_task(split, size, suite_seed * 1_000_003 + index)  # type: ignore[arg-type]
-        return RepoTaskEnv(spec, seed=seed)
+        spec = repo_suite.make_task(split, size, suite_seed * 1_000_003 + index)
+        return RepoTaskEnv(spec, seed=seed, hints=hints)
     names = sorted(coding.TASKS)
     if isinstance(index, str):
         if index not in coding.TASKS:

@@ -34,6 +34,9 @@ Design (continuous batching over one left-padded KV cache)
   ``publish`` takes the step lock, so weights change only between steps; KV already cached
   for in-flight requests is kept (computed by the old weights), as vLLM's ``keep`` mode does.
 * ``pause`` stops stepping after the current step; requests keep their cache and state.
+* ``score`` (teacher forcing) runs one uncached forward over prompt + given completion under
+  the step lock, between decode steps, and returns the completion's temperature-1 logprobs
+  tagged with the version at that moment; it waits while the engine is paused.
 
 Not handled: batched prefill, prefix caching, memory limits (the cache grows without
 bound), and engines shared across event loops (a new loop restarts the background task;
@@ -127,6 +130,26 @@ class TorchEngine:
         self._by_id[request_id] = req
         self._wake.set()
         return await req.future
+
+    async def score(
+        self, prompt_ids: list[int], completion_ids: list[int], *, request_id: str
+    ) -> Completion:
+        """Teacher forcing: the policy's logprobs of ``completion_ids`` after ``prompt_ids``
+        (one forward pass over both, between decode steps; waits while paused)."""
+        if not prompt_ids:
+            raise ValueError("prompt_ids must not be empty")
+        while self._paused:  # a paused engine computes nothing; resume() clears the flag
+            await asyncio.sleep(0.01)
+        async with self._get_lock():
+            version = self._version
+            logprobs = await asyncio.to_thread(self._score, list(prompt_ids), list(completion_ids))
+        n = len(completion_ids)
+        return Completion(list(completion_ids), logprobs, [version] * n, "forced", len(prompt_ids))
+
+    def tokens_so_far(self, request_id: str) -> int:
+        """Tokens generated so far for an in-flight request (0 if unknown)."""
+        req = self._by_id.get(request_id)
+        return len(req.token_ids) if req is not None else 0
 
     async def abort(self, request_id: str) -> bool:
         req = self._by_id.get(request_id)
@@ -223,6 +246,17 @@ class TorchEngine:
             self._retire_rows(live)
         if self._running:
             self._decode(version)
+
+    @torch.inference_mode()
+    def _score(self, prompt: list[int], completion: list[int]) -> list[float]:
+        if not completion:
+            return []
+        ids = torch.tensor([prompt + completion], dtype=torch.long, device=self._device)
+        # logits at positions len(prompt)-1 .. end-1 predict the completion's tokens
+        out = self._model(input_ids=ids, use_cache=False, logits_to_keep=len(completion) + 1)
+        logp = torch.log_softmax(out.logits[0, :-1].float().cpu(), dim=-1)
+        target = torch.tensor(completion, dtype=torch.long)
+        return [float(x) for x in logp.gather(1, target[:, None])[:, 0]]
 
     def _prefill(self, req: _Request, version: int) -> DynamicCache:
         ids = torch.tensor([req.prompt_ids], dtype=torch.long, device=self._device)

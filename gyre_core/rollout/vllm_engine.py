@@ -11,6 +11,12 @@ Endpoints (read from vllm 0.32's ``entrypoints/openai``, ``entrypoints/rl/online
   the old version. vLLM's default ``logprobs_mode`` is ``raw_logprobs``: log-softmax of the
   model's logits before temperature/top-p, the same quantity ``TorchEngine`` records.
   ``ignore_eos`` is set: like ``TorchEngine``, only ``stop_token_ids`` end a request early.
+* ``score`` (teacher forcing) -> ``POST /v1/completions`` (not streamed) with the token-id
+  ``prompt`` = prompt + completion, ``echo: true``, ``max_tokens: 0`` and ``logprobs: 0``:
+  vLLM then computes prompt logprobs (``prompt_logprobs`` = ``logprobs`` under ``echo``; raw
+  log-softmax, as for sampled tokens; such a request skips reading the prefix cache, so every
+  position is really computed) and generates nothing; the completion's part of
+  ``logprobs.token_logprobs`` is returned. A score cannot be aborted (it is one prefill).
 * ``abort`` -> ``POST /abort_requests`` ``{"request_ids": [...]}``. The completions route
   names the engine request ``cmpl-<request_id>-0`` (``request_id`` body field, prompt 0);
   the aborted stream ends with ``finish_reason: "abort"`` and the tokens so far.
@@ -105,12 +111,54 @@ class VLLMEngine:
                 async for line in resp.aiter_lines():
                     if line.startswith("data: ") and line != "data: [DONE]":
                         self._absorb(out, json.loads(line[6:]))
+                        # Lines already buffered are yielded without suspending: without
+                        # this, a fast stream starves the loop (an abort or a drain
+                        # waits until the whole response has been read).
+                        await asyncio.sleep(0)
         except httpx.TransportError as e:
             raise ConnectionError(f"vLLM server {self.base_url}: {e!r}") from e
         finally:
             self._in_flight.discard(request_id)
             self._partial.pop(request_id, None)
         return out
+
+    async def score(
+        self, prompt_ids: list[int], completion_ids: list[int], *, request_id: str
+    ) -> Completion:
+        """Teacher forcing: the served policy's logprobs of ``completion_ids`` after
+        ``prompt_ids`` (``echo`` + ``max_tokens: 0``: the prompt logprobs of prompt +
+        completion, nothing generated), tagged with the client's version on arrival."""
+        if not prompt_ids:
+            raise ValueError("prompt_ids must not be empty")
+        n = len(completion_ids)
+        if n == 0:
+            return Completion([], [], [], "forced", prompt_tokens=len(prompt_ids))
+        full = list(prompt_ids) + list(completion_ids)
+        body: dict[str, Any] = {
+            "model": await self._model_name(),
+            "prompt": full,
+            "max_tokens": 0,
+            "echo": True,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "request_id": request_id,
+        }
+        data = await self._post_json("/v1/completions", body)
+        choice = (data.get("choices") or [{}])[0]
+        echoed = choice.get("prompt_token_ids") or []
+        logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
+        if list(echoed) != full or len(logprobs) != len(full):
+            raise VLLMEngineError(
+                f"score: sent {len(full)} tokens, got back {len(echoed)} ids and "
+                f"{len(logprobs)} logprobs: {str(data)[:500]}"
+            )
+        tail = logprobs[-n:]
+        if any(lp is None for lp in tail):
+            raise VLLMEngineError(f"score: a completion token has no logprob: {tail}")
+        return Completion(
+            list(completion_ids), [float(lp) for lp in tail], [self._version] * n, "forced",
+            prompt_tokens=len(prompt_ids),
+        )  # fmt: skip
 
     def tokens_so_far(self, request_id: str) -> int:
         """Tokens streamed back so far for an in-flight request (0 if unknown)."""
@@ -207,6 +255,19 @@ class VLLMEngine:
             raise ConnectionError(f"vLLM server {self.base_url}: {e!r}") from e
         if resp.status_code != 200:
             raise _error(f"POST {path}", resp.status_code, resp.text)
+
+    async def _post_json(self, path: str, body: Any) -> dict[str, Any]:
+        try:
+            async with httpx.AsyncClient(timeout=self._timeout) as client:
+                resp = await client.post(f"{self.base_url}{path}", json=body)
+        except httpx.TransportError as e:
+            raise ConnectionError(f"vLLM server {self.base_url}: {e!r}") from e
+        if resp.status_code != 200:
+            raise _error(f"POST {path}", resp.status_code, resp.text)
+        data = resp.json()
+        if not isinstance(data, dict):
+            raise VLLMEngineError(f"POST {path}: expected a JSON object, got {data!r}")
+        return data
 
     async def _get_text(self, path: str) -> str:
         try:

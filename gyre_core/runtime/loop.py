@@ -48,6 +48,7 @@ class UnitSlot:
     target: str
     busy: bool = False  # a switch is in progress
     dead: bool = False
+    node: str = ""  # the Ray node id the unit's actor runs on
 
     @property
     def name(self) -> str:
@@ -63,6 +64,8 @@ class Counters:
     tokens_trained: int = 0
     tokens_per_call: int = 0
     step_metrics: list[dict[str, float]] = field(default_factory=list)
+    # per step, on the run clock: (start, end incl. publication and checkpoint, train units)
+    step_spans: list[tuple[float, float, int]] = field(default_factory=list)
 
 
 class Loop:
@@ -104,12 +107,15 @@ class Loop:
             decision = self.policy.decide(self.snapshot(live))
             for u, role in decision.targets.items():
                 slot = live[u]
-                if not slot.dead and not slot.busy and slot.target != role:
-                    self._spawn(self._switch(slot, role))
+                # A step's replica is never taken mid-step (nor is it in the simulator).
+                if slot.dead or slot.busy or slot.target == role or slot.id in self.step_units:
+                    continue
+                self._spawn(self._switch(slot, role))
             for _ in range(min(decision.admit, len(self.pending))):
                 idx = self.pending.pop(0)
                 self.sessions[idx] = asyncio.ensure_future(self.start_session(idx))
-            self._ensure_rollout()
+            if not decision.start_step:  # a starting step takes every unit in train
+                self._ensure_rollout()
             if decision.start_step and not self.training:
                 self.training = True
                 self._spawn(self._train_step())
@@ -210,7 +216,7 @@ class Loop:
         if role == slot.role:
             return
         self.sink.emit(ev.RoleChange(t=self.clock(), unit=slot.id, gpus=[slot.id],
-                                     from_role=slot.role, to_role=role))  # fmt: skip
+                                     from_role=slot.role, to_role=role, node=slot.node))  # fmt: skip
         slot.role = role
 
     def mark_dead(self, name: str) -> None:
@@ -222,6 +228,7 @@ class Loop:
     # ------------------------------------------------------------------ training
 
     async def _train_step(self) -> None:
+        started = self.clock()
         try:
             batch, self.ready = self.ready[: self.per_step], self.ready[self.per_step :]
             version = self.trainer.version
@@ -235,10 +242,21 @@ class Loop:
             self.step_units = {r.id for r in replicas}
             width = max(1, min(len(replicas), len(samples)))
             shards = shard_by_tokens(samples, width)
-            results = await asyncio.gather(*(
+            outs = await asyncio.gather(*(
                 r.actor.compute_grads.remote(self.state_ref, shard, max(total, 1) / width, version)
                 for r, shard in zip(replicas, shards, strict=False)
-            ))  # fmt: skip
+            ), return_exceptions=True)  # fmt: skip
+            if lost := [r for r, x in zip(replicas, outs, strict=False)
+                        if isinstance(x, ray.exceptions.RayActorError)]:  # fmt: skip
+                for r in lost:  # its node is gone: it leaves the pool, the step runs again
+                    self.mark_dead(r.name)
+                self.ready = batch + self.ready
+                return
+            results: list[Any] = []
+            for x in outs:
+                if isinstance(x, BaseException):
+                    raise x
+                results.append(x)
             metrics: dict[str, float] = {}
             from gyre_core.train.losses import LossStats
 
@@ -261,6 +279,7 @@ class Loop:
                 train_s=train_s, dp_width=float(width), weight_sync_s=time.perf_counter() - t1
             )
             self.on_step(batch, metrics)
+            self.counters.step_spans.append((started, self.clock(), len(replicas)))
         finally:
             self.training = False
             self.step_units = set()

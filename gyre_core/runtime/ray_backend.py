@@ -66,6 +66,10 @@ class UnitActor:
     async def pid(self) -> int:
         return os.getpid()
 
+    async def node_id(self) -> str:
+        """The Ray node this unit runs on (role_change events carry it)."""
+        return str(ray.get_runtime_context().get_node_id())
+
     # ------------------------------------------------------------------ rollout role
 
     async def start_engine(self, state: dict[str, torch.Tensor] | None, version: int,

@@ -25,7 +25,7 @@ import torch
 from gyre_core import events as ev
 from gyre_core.cluster import IDLE, ROLLOUT, TRAIN
 from gyre_core.config import RunConfig
-from gyre_core.rollout.router import Router
+from gyre_core.runtime.calibrate import TimedRouter, write_calibration
 from gyre_core.runtime.loop import Loop, UnitSlot
 from gyre_core.runtime.ray_backend import UnitActor, start_ray
 from gyre_core.runtime.session import SessionFactory, make_model_dir
@@ -90,7 +90,7 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
         split = (cfg.scheduler.rollout_units, units_n - cfg.scheduler.rollout_units)
     policy = make_policy(cfg.policy, units_n, split)
     roles = policy.initial_roles(units_n)
-    router = Router({}, mode=cfg.scheduler.switch_mode, wait_s=600.0)  # type: ignore[arg-type]
+    router = TimedRouter({}, mode=cfg.scheduler.switch_mode, wait_s=600.0, clock=clock)
     tag = uuid.uuid4().hex[:8]  # actors are named (gyre-<tag>-unit-<u>) for operators
     slots = [
         UnitSlot(u, UnitActor.options(  # type: ignore[attr-defined]
@@ -98,6 +98,9 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
         ).remote(u, str(model_dir)), IDLE, ROLLOUT)
         for u in range(units_n)
     ]  # fmt: skip
+    nodes = await asyncio.gather(*(s.actor.node_id.remote() for s in slots))
+    for s, node in zip(slots, nodes, strict=True):
+        s.node = str(node)  # where Ray placed the unit: role_change events carry it
     if trainer.version == 0 and cfg.train.warm_start_steps:
         say(f"warm start: {cfg.train.warm_start_steps} supervised steps on scripted demos")
         await factory.warm_start(trainer)
@@ -123,6 +126,7 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
     before = await factory.benchmark(router, trainer.version)
     say(f"benchmark before: {before:.3f}")
     cancelled = False
+    loop_start = clock()  # calibration compares the simulator with the loop's time
     try:
         await loop.run(should_stop)
         cancelled = trainer.version < cfg.steps
@@ -144,6 +148,7 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
                 "steps": trainer.version}  # fmt: skip
     summary = factory.summary(loop, router, before, after, time.perf_counter() - t_start)
     (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_calibration(workdir, cfg, loop, router, loop_start)  # costs.json, workload
     sink.emit(ev.RunStatus(t=clock(), status="succeeded", step=trainer.version, message=""))
     return summary
 

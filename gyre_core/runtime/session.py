@@ -43,8 +43,25 @@ def make_model_dir(cfg: RunConfig, workdir: Path) -> Path:
         h = cfg.model.hidden_size
         init_checkpoint(out, vocab_size=1024, layers=cfg.model.layers, hidden=h,
                         heads=max(1, h // 32), kv_heads=1, head_dim=32, intermediate=2 * h,
-                        max_positions=4096, seed=cfg.seed, overwrite=True)  # fmt: skip
+                        max_positions=4096, seed=cfg.seed, overwrite=True,
+                        corpus=tokenizer_corpus(cfg),
+                        tie_embeddings=cfg.model.tie_embeddings)  # fmt: skip
     return out
+
+
+def tokenizer_corpus(cfg: RunConfig) -> list[str] | None:
+    """None (the generic default corpus), or with ``model.tokenizer: suite`` that plus
+    oracle transcripts of every repo-suite split (fixed seed, not the run's tasks)."""
+    if cfg.model.tokenizer != "suite":
+        return None
+    from gyre_core.models.tokenizer import default_corpus
+
+    hints = cfg.rollout.hints == "status"
+    texts = default_corpus()
+    for split in repo_suite.SPLITS:
+        texts += repo_suite.transcripts(split, 200, seed=99, sizes=("short", "medium"),
+                                        hints=hints)  # fmt: skip
+    return texts
 
 
 def _task_index(cfg: RunConfig, k: int) -> int:
@@ -56,6 +73,7 @@ class SessionFactory:
     def __init__(self, cfg: RunConfig, model_dir: Path, sink: ev.EventSink,
                  clock: Callable[[], float]) -> None:  # fmt: skip
         self.cfg, self.model_dir, self.sink, self.clock = cfg, model_dir, sink, clock
+        self.hints = cfg.rollout.hints == "status"
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         r = cfg.rollout
         self.harness = HarnessConfig(
@@ -78,6 +96,8 @@ class SessionFactory:
         self.trained_ids: set[str] = set()  # rollouts already trained (kept in checkpoints)
         self.step_at: list[float] = []  # run-clock time each step finished
         self.first_rollout_at: float | None = None  # when the first session started
+        self.warm_start_s = 0.0
+        self.warm_start_losses: list[float] = []
 
     def make_trainer(self) -> Trainer:
         model = AutoModelForCausalLM.from_pretrained(str(self.model_dir), dtype=torch.float32)
@@ -99,13 +119,17 @@ class SessionFactory:
         if self.first_rollout_at is None:
             self.first_rollout_at = self.clock()
         env = make_env(self.cfg.rollout.suite, "train", _task_index(self.cfg, task),
-                       self.cfg.seed * 1_000_003 + idx, suite_seed=self.cfg.seed)  # fmt: skip
+                       self.cfg.seed * 1_000_003 + idx, suite_seed=self.cfg.seed,
+                       hints=self.hints)  # fmt: skip
         try:
             rollout = await run_session(
                 env, ModelAgent(router, self.tokenizer), self.tokenizer, self.harness,
                 rollout_id=f"r{idx}", group_id=group, sink=self.sink,
                 seed=self.cfg.seed * 1_000_003 + idx, step=step,
             )  # fmt: skip
+            credit = getattr(env, "credit", None)
+            if self.cfg.rollout.reward == "partial" and callable(credit):
+                rollout.reward = float(credit())
         finally:
             env.close()
         if self.cfg.rollout.reward == "binary":
@@ -127,8 +151,9 @@ class SessionFactory:
         n = self.cfg.rollout.benchmark_tasks
 
         async def one(k: int) -> float:
-            env = make_env(self.cfg.rollout.suite, "benchmark", _task_index(self.cfg, k),
-                           BENCH_SEED + k, suite_seed=self.cfg.seed)  # fmt: skip
+            env = make_env(self.cfg.rollout.suite, self.cfg.rollout.benchmark_split,
+                           _task_index(self.cfg, k), BENCH_SEED + k, suite_seed=self.cfg.seed,
+                           hints=self.hints)  # fmt: skip
             try:
                 r = await run_session(env, ModelAgent(router, self.tokenizer), self.tokenizer,
                                       greedy, rollout_id=f"bench-v{version}-{k}")  # fmt: skip
@@ -143,23 +168,37 @@ class SessionFactory:
                                     score=score, tasks=n))  # fmt: skip
         return score
 
-    async def warm_start(self, trainer: Trainer) -> None:
-        """Supervised steps on scripted demonstrations of training tasks."""
-        demos = []
-        for k in range(self.cfg.rollout.tasks_per_step):
-            env = make_env(self.cfg.rollout.suite, "train", _task_index(self.cfg, 10_000 + k),
-                           k, suite_seed=self.cfg.seed)  # fmt: skip
-            try:
-                demos.append(await run_session(
-                    env, ScriptedAgent(env, self.tokenizer), self.tokenizer, self.harness,
-                    rollout_id=f"demo{k}",
-                ))  # fmt: skip
-            finally:
-                env.close()
-        samples = trainer.prepare(demos, trainer.version)
-        for _ in range(self.cfg.train.warm_start_steps):
-            trainer.sft_step(samples)
+    async def warm_start(self, trainer: Trainer) -> list[float]:
+        """Supervised steps on scripted demonstrations of training tasks: each step trains
+        on ``train.warm_start_demos`` fresh ones (tasks 10_000 + ..., apart from the RL
+        tasks) at ``train.warm_start_lr``. Returns the per-step losses."""
+        t = self.cfg.train
+        n = t.warm_start_demos or self.cfg.rollout.tasks_per_step
+        rl_lr = [g["lr"] for g in trainer.optimizer.param_groups]
+        for g in trainer.optimizer.param_groups:
+            g["lr"] = t.warm_start_lr or t.lr
+        losses = []
+        t0 = self.clock()
+        for step in range(t.warm_start_steps):
+            demos = []
+            for k in range(step * n, (step + 1) * n):
+                env = make_env(self.cfg.rollout.suite, "train",
+                               _task_index(self.cfg, 10_000 + k), k, suite_seed=self.cfg.seed,
+                               hints=self.hints)  # fmt: skip
+                try:
+                    demos.append(await run_session(
+                        env, ScriptedAgent(env, self.tokenizer), self.tokenizer, self.harness,
+                        rollout_id=f"demo{k}",
+                    ))  # fmt: skip
+                finally:
+                    env.close()
+            losses.append(trainer.sft_step(trainer.prepare(demos, trainer.version))["sft_loss"])
+        for g, lr in zip(trainer.optimizer.param_groups, rl_lr, strict=True):
+            g["lr"] = lr
         trainer.version = 0  # the warm-started weights are the RL run's version 0
+        self.warm_start_s = round(self.clock() - t0, 2)
+        self.warm_start_losses = losses
+        return losses
 
     # ------------------------------------------------------------------ steps
 
@@ -175,9 +214,11 @@ class SessionFactory:
                                         tokens_unique=one["tokens_unique"],
                                         tokens_per_call=one["tokens_per_call"],
                                         nodes=one["nodes"]))  # fmt: skip
+        self.write_payload(batch, trainer.version, ckpt_root.parent / "rollouts")
         reward = sum(r.reward if r.reward is not None else r.progress for r in batch) / len(batch)
-        metrics = {**metrics, "reward": reward, "dedup_ratio": stats["dedup_vs_call"],
-                   "rollouts": float(len(batch))}  # fmt: skip
+        progress = sum(r.progress for r in batch) / len(batch)
+        metrics = {**metrics, "reward": reward, "progress": progress,
+                   "dedup_ratio": stats["dedup_vs_call"], "rollouts": float(len(batch))}  # fmt: skip
         clean = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)}
         self.step_rows.append(clean)
         self.step_at.append(self.clock())
@@ -192,6 +233,19 @@ class SessionFactory:
             write_rollouts(path / "ready.jsonl", loop.ready)
         else:
             self.trained_ids |= {r.rollout_id for r in batch}
+
+    def write_payload(self, batch: list[Rollout], step: int, folder: Path) -> Path:
+        """The step's rollouts as ``gyre.trajectory/v1`` (written to a temporary name, then
+        renamed: a reader never sees half a file) and the ``rollouts_written`` event."""
+        folder.mkdir(parents=True, exist_ok=True)
+        path = (folder / f"step-{step:05d}.jsonl").resolve()
+        tmp = path.with_suffix(".jsonl.tmp")
+        write_rollouts(tmp, batch)
+        tmp.replace(path)
+        groups = list(dict.fromkeys(r.group_id for r in batch))
+        self.sink.emit(ev.RolloutsWritten(t=self.clock(), step=step, path=str(path),
+                                          rollouts=len(batch), groups=groups))  # fmt: skip
+        return path
 
     def restore(self, trainer: Trainer, root: Path) -> tuple[list[Rollout], list[int]] | None:
         path = latest_checkpoint(root)
@@ -229,8 +283,20 @@ class SessionFactory:
             "weight_sync_s_mean": round(sum(c.weight_sync_s) / max(1, len(c.weight_sync_s)), 3),
             "train_s_mean": round(sum(c.train_s) / max(1, len(c.train_s)), 3),
             "reward_by_step": [round(s.get("reward", 0.0), 4) for s in steps],
+            "progress_by_step": [round(s.get("progress", 0.0), 4) for s in steps],
+            "warm_start_s": self.warm_start_s,
+            "warm_start_loss": round(self.warm_start_losses[-1], 4)
+            if self.warm_start_losses
+            else None,
+            "rl_wall_s": self._rl_wall_s(),
             "switch_mode": self.cfg.scheduler.switch_mode,
         }
+
+    def _rl_wall_s(self) -> float:
+        """Wall seconds of the RL part: from the first rollout to the last step."""
+        if not self.step_at or self.first_rollout_at is None:
+            return 0.0
+        return round(self.step_at[-1] - self.first_rollout_at, 2)
 
     def _step_s(self) -> float:
         """Mean wall seconds per training step, from the first rollout to the last step."""

@@ -1,13 +1,25 @@
 """Run inside ``manage.py shell`` by the e2e fixture: a demo user in a demo team with an
-experiment, an outsider in another team, a stored (not launched) run with a trajectory
-tree for the tree browser, and two queued runs that no worker will take (to cancel). Prints the ids as JSON."""
+experiment, a viewer (watcher) in that team, an outsider in another team, a stored (not
+launched) run with a trajectory tree for the tree browser, a stored run with a real
+``gyre.trajectory/v1`` file imported (tokens, logprobs, versions; a small word tokenizer
+kept beside its payload so the tokens decode), and two queued runs that no worker will take
+(to cancel). Prints the ids as JSON."""
 
+import io
 import json
 
 from django.contrib.auth import get_user_model
 from gyre_web.runs import services
-from gyre_web.teams.services import create_team
+from gyre_web.teams.services import create_team, set_membership
+from gyre_web.trajectories.imports import import_trajectories
+from gyre_web.trajectories.node_tokens import TOKENIZER_FILE, run_decoder
+from gyre_web.trajectories.payloads import payload_folder
 from gyre_web.trajectories.services import create_tree
+from tokenizers import Tokenizer, decoders
+from tokenizers.models import WordLevel
+
+from gyre_core.trajectory.synth import PRESETS, synth_rollouts
+from gyre_core.trajectory.writer import write_rollouts
 
 User = get_user_model()
 demo = User.objects.create_user("demo", password="demo-pass")
@@ -15,6 +27,8 @@ outsider = User.objects.create_user("outsider", password="outsider-pass")
 User.objects.create_user("newcomer", password="newcomer-pass")  # in no team until added
 team = create_team(name="demo", owner=demo)
 other = create_team(name="elsewhere", owner=outsider)
+watcher = User.objects.create_user("watcher", password="watcher-pass")
+set_membership(team=team, user=watcher, role="viewer")  # reads the demo team, writes nothing
 exp = services.create_experiment(team=team, name="demo", created_by=demo)
 services.create_experiment(team=other, name="theirs", created_by=outsider)
 
@@ -37,6 +51,27 @@ for b, kind in enumerate(["continue", "compaction", "subagent", "retry", "retry"
                       "advantage": -0.5 + c / 24, "leaves": 1})  # fmt: skip
         start += 16
 tree = create_tree(run_id=stored.pk, group_id="group-0", nodes=nodes)
+
+# An imported trajectory file (the tiny synthetic preset: 2 groups of 3 rollouts, vocab 100),
+# through the same service as POST /api/runs/{id}/import/.
+imported = services.create_run(
+    experiment=exp, config={"backend": "sim", "name": "with-tokens"}, name="with-tokens",
+    created_by=demo, launch=False,
+)  # fmt: skip
+syllables = [c + v for c in "bdfgklmnprst" for v in "aeiou"]
+words = {f"\u0120{syllables[i % 60]}{syllables[(i * 13 + i // 60) % 60]}": i for i in range(100)}
+tokenizer = Tokenizer(WordLevel(vocab=words, unk_token=next(iter(words))))
+tokenizer.decoder = decoders.ByteLevel()  # "\u0120" is a leading space, as in GPT-2 vocabularies
+payload_folder(imported.pk).mkdir(parents=True, exist_ok=True)
+tokenizer.save(str(payload_folder(imported.pk) / TOKENIZER_FILE))
+jsonl = io.StringIO()
+write_rollouts(jsonl, synth_rollouts(PRESETS["tiny"]))
+counts = import_trajectories(
+    run=imported, upload=io.BytesIO(jsonl.getvalue().encode()),
+    decode=run_decoder(run_id=imported.pk),
+)  # fmt: skip
+assert counts["trees"] == 2, counts
+
 waiting = [
     services.create_run(
         experiment=exp, config={"backend": "sim"}, name=f"waiting-{i}", created_by=demo,
@@ -45,4 +80,4 @@ waiting = [
     for i in range(2)
 ]  # fmt: skip
 print(json.dumps({"team": team.pk, "experiment": exp.pk, "tree_run": stored.pk,
-                  "tree": tree.pk, "waiting": waiting}))  # fmt: skip
+                  "tree": tree.pk, "tokens_run": imported.pk, "waiting": waiting}))  # fmt: skip

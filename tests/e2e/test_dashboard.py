@@ -139,6 +139,29 @@ def test_a_non_member_is_refused(page, server, browser):
     assert page.locator("[data-testid=runs-table] >> text=api-sim").count() == 0
 
 
+def test_a_viewer_reads_a_run_but_is_offered_no_write_controls(page, server):
+    login(page, server, "watcher", "watcher-pass")  # a viewer in the demo team (seed.py)
+    run_id = server.seed["tree_run"]
+    page.goto(f"{server.url}/#/runs/{run_id}")
+    page.wait_for_selector("button:has-text('group-0')")  # the run and its trees load
+    for label in ("cancel", "pause run", "resume", "fork"):
+        assert page.get_by_role("button", name=label, exact=True).count() == 0, label
+    assert page.locator("[data-testid=share]").count() == 0
+    assert page.request.get(f"{server.url}/api/runs/{run_id}/").json()["can_edit"] is False
+    cookies = {c["name"]: c["value"] for c in page.context.cookies()}
+    refused = page.request.post(
+        f"{server.url}/api/runs/{run_id}/cancel/",
+        headers={"X-CSRFToken": cookies.get("csrftoken", "")},
+    )
+    assert refused.status == 403  # what the screen no longer offers, the API still refuses
+    page.goto(server.url + "/#/runs")
+    page.wait_for_selector(f"[aria-label='select run {run_id}']")
+    page.wait_for_selector("select[aria-label=team] option:has-text('demo')", state="attached")
+    assert page.locator("button", has_text="cancel selected").count() == 0
+    assert page.locator(".filters a", has_text="launch").count() == 0
+    assert page.locator("nav a", has_text="Launch").count() == 0  # the nav hides it too
+
+
 def _wait_run_done(page: Any, server: Server, run_id: int) -> None:
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -164,6 +187,10 @@ def test_compare_stacks_the_policies_and_cluster_renders(page, server):
         assert lanes.count() == 1, run_id
     page.wait_for_selector("[data-testid='chart-tokens_masked']")
     shot(page, "compare")
+    # By wall time: each step at its step_finished time on the run's clock.
+    page.click("[data-testid=compare-x] >> text=wall time")
+    page.wait_for_selector("[data-testid='chart-tokens_masked'] .u-legend th:has-text('wall time')")
+    assert "x=time" in page.url
     page.goto(server.url + "/#/cluster")
     page.wait_for_selector("[data-testid=gpus]")
     shot(page, "cluster")
@@ -189,7 +216,7 @@ def test_the_tree_browser_expands_searches_and_navigates_by_keyboard(page, serve
     page.focus("[data-testid=tree-rows]")
     page.keyboard.press("ArrowDown")
     page.keyboard.press("ArrowRight")
-    page.wait_for_selector("text=tool call 23 of branch 0")
+    page.wait_for_selector("text=tool call 5 of branch 0")  # rows past the view are virtual
     page.keyboard.press("ArrowRight")
     page.keyboard.press("ArrowRight")
     assert "tool call 0 of branch 0" in page.text_content("[data-testid=tree-detail]")
@@ -201,6 +228,61 @@ def test_the_tree_browser_expands_searches_and_navigates_by_keyboard(page, serve
     page.click("[data-testid=tree-hits] >> text=the needle is here")
     page.wait_for_selector(".tree-row.selected >> text=the needle is here")
     assert "the needle is here" in page.text_content("[data-testid=tree-detail]")
+
+
+def _get(page: Any, server: Server, path: str) -> Any:
+    resp = page.request.get(server.url + path)
+    assert resp.ok, f"GET {path}: {resp.status}"
+    body = resp.json()
+    return body["results"] if isinstance(body, dict) and "results" in body else body
+
+
+def test_the_tree_browser_opens_a_node_with_its_tokens(page, server):
+    """The imported trajectory file (seed.py): search finds a node two levels down, and
+    opening it shows its tokens decoded, the generated ones with their log-probability,
+    policy version and advantage, as the tokens endpoint reads them from the payload."""
+    login(page, server, "demo", "demo-pass")
+    run_id = server.seed["tokens_run"]
+    (tree,) = _get(page, server, f"/api/trees/?run={run_id}&group_id=grp-0-1")
+    root = _get(page, server, f"/api/trees/{tree['id']}/nodes/")[0]  # (sub-agents add roots)
+    deep = next(
+        grandchild
+        for child in _get(page, server, f"/api/trees/{tree['id']}/nodes/?parent={root['id']}")
+        for grandchild in _get(page, server, f"/api/trees/{tree['id']}/nodes/?parent={child['id']}")
+        if grandchild["trainable"] > 0
+    )  # fmt: skip
+    want = _get(page, server, f"/api/trees/{tree['id']}/nodes/{deep['id']}/tokens/")
+    assert want["payload"] and want["decoded"] and any(want["generated"])
+    words = " ".join(deep["preview"].split()[:2])  # decoded text, searchable
+
+    page.goto(f"{server.url}/#/runs/{run_id}")
+    page.click("button:has-text('grp-0-1')")
+    page.wait_for_selector("[data-testid=tree-rows] .tree-row")
+    page.locator("[data-testid=tree-rows] .tree-row >> button[aria-label=expand]").first.click()
+    page.wait_for_selector("[data-testid=tree-rows] .badge.kind-compaction")  # root's children
+    page.fill("[data-testid=tree-search]", words)
+    page.press("[data-testid=tree-search]", "Enter")
+    page.locator(f"[data-testid=tree-hits] button:has-text('{words}')").first.click()
+    page.wait_for_selector(f".tree-row.selected >> text={words}")
+    cells = page.locator("[data-testid=node-tokens] .tok")
+    cells.first.wait_for()
+    assert cells.all_text_contents() == want["pieces"]  # one decoded piece per token
+    generated = page.locator("[data-testid=node-tokens] .tok.generated")
+    assert generated.count() == sum(want["generated"])
+    i = want["generated"].index(True)
+    title = generated.first.get_attribute("title") or ""
+    m = re.fullmatch(
+        r"id (\d+) · generated · logprob (\S+) · version (\d+) · advantage (\S+)", title
+    )
+    assert m, title
+    assert int(m[1]) == want["ids"][i] and int(m[3]) == want["versions"][i]
+    assert abs(float(m[2]) - want["logprobs"][i]) < 1e-4
+    assert abs(float(m[4]) - want["advantages"][i]) < 1e-3
+    summary = page.text_content("[data-testid=node-tokens] .muted") or ""
+    assert summary.startswith(f"{len(want['ids'])} tokens · {sum(want['generated'])} generated")
+    adv = re.search(r"advantage (\S+)", summary)
+    assert adv and abs(float(adv[1]) - want["advantage"]) < 1e-3, summary
+    assert "no tokenizer" not in summary
     shot(page, "tree")
 
 

@@ -9,30 +9,13 @@ import ray
 from gyre_core.config import RunConfig
 from gyre_core.events import ListSink
 from gyre_core.runtime import run_job
-from gyre_core.runtime.ray_backend import start_ray
 from gyre_core.train.checkpoint import latest_checkpoint
+from gyre_core.trajectory.format import read_rollouts
+from tests.runtime.conftest import TINY_JOB
 
 pytestmark = pytest.mark.slow
 
-BASE = {
-    "steps": 2,
-    "cluster": {"units": 4},
-    "scheduler": {"drain_deadline_s": 0.0},
-    "rollout": {
-        "tasks_per_step": 1,
-        "group_size": 2,
-        "benchmark_tasks": 1,
-        "max_turns": 4,
-        "max_new_tokens": 12,
-    },
-}
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    start_ray("", 4, 1, 128)
-    yield
-    ray.shutdown()
+BASE = TINY_JOB
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +51,12 @@ def test_elastic_run_switches_roles_without_restarting_sessions(ray_cluster, mod
     ):
         assert key in out
     assert 0.0 <= out["benchmark_after"] <= 1.0 and out["dedup_vs_call"] > 1.0
+    written = [e for e in sink.events if e.kind == "rollouts_written"]  # a payload per step
+    assert [e.step for e in written] == [1, 2]
+    for e in written:
+        records = list(read_rollouts(e.path))
+        assert len(records) == e.rollouts == 2 and {r.group_id for r in records} == set(e.groups)
+        assert any(c.logprobs.size for r in records for c in r.calls)
 
 
 def test_resume_continues_from_the_checkpoint_without_retraining(ray_cluster, model_dir, tmp_path):

@@ -1,16 +1,26 @@
 // Trajectory-tree browser: virtualized rows, children fetched on expand, kind badges,
-// a detail panel, search within the tree and arrow-key navigation.
+// a detail panel (with the selected node's tokens), search within the tree and arrow-key
+// navigation.
 
-import { useVirtualizer } from "@tanstack/react-virtual";
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
+import { apiNodeTokens, type NodeTokens, type NodeTokensSource } from "../lib/nodeTokens";
 import { keyMove, ROOT, TreeModel } from "../lib/tree";
 import { apiTreeSource, type TreeSource } from "../lib/treeSource";
 import type { TreeInfo, TreeNode } from "../lib/types";
+import { NodeTokensView } from "./NodeTokensView";
+import { TreeRows, useStableCallback } from "./TreeRow";
 
-const rowHeight = () => 22;
-
-export function TreeBrowser({ tree, source: given }: { tree: TreeInfo; source?: TreeSource }) {
+export function TreeBrowser({
+  tree,
+  source: given,
+  tokens: givenTokens,
+}: {
+  tree: TreeInfo;
+  source?: TreeSource;
+  tokens?: NodeTokensSource; // a node's tokens; from the API unless the nodes come from memory
+}) {
   const source = useMemo(() => given ?? apiTreeSource(tree.id), [given, tree.id]);
+  const tokenSource = useMemo(() => givenTokens ?? (given ? undefined : apiNodeTokens(tree.id)), [givenTokens, given, tree.id]);
   const model = useRef(new TreeModel());
   const [version, setVersion] = useState(0);
   const [selected, setSelected] = useState(0);
@@ -45,9 +55,6 @@ export function TreeBrowser({ tree, source: given }: { tree: TreeInfo; source?: 
   }, [load]);
 
   const rows = useMemo(() => model.current.flatten(aggregate), [version, aggregate]); // eslint-disable-line react-hooks/exhaustive-deps
-  const scroller = useRef<HTMLDivElement>(null);
-  const getScrollElement = useCallback(() => scroller.current, []);
-  const virt = useVirtualizer({ count: rows.length, getScrollElement, estimateSize: rowHeight, overscan: 20 });
 
   const expand = async (id: number) => {
     model.current.expanded.add(id);
@@ -58,10 +65,8 @@ export function TreeBrowser({ tree, source: given }: { tree: TreeInfo; source?: 
     model.current.expanded.delete(id);
     bump();
   };
-  const select = (i: number) => setSelected(i);
-  useEffect(() => {
-    if (selected < rows.length) virt.scrollToIndex(selected, { align: "auto" });
-  }, [selected, rows.length]); // eslint-disable-line react-hooks/exhaustive-deps
+  const select = useCallback((i: number) => setSelected(i), []);
+  const toggle = useStableCallback((id: number, expanded: boolean) => void (expanded ? collapse(id) : expand(id)));
 
   const onKey = (e: React.KeyboardEvent) => {
     const move = keyMove(rows, selected, e.key);
@@ -71,6 +76,7 @@ export function TreeBrowser({ tree, source: given }: { tree: TreeInfo; source?: 
     else if (move.kind === "expand") void expand(move.id);
     else collapse(move.id);
   };
+  const onRowsKey = useStableCallback(onKey);
 
   const search = async (e: React.FormEvent) => {
     e.preventDefault();
@@ -99,6 +105,20 @@ export function TreeBrowser({ tree, source: given }: { tree: TreeInfo; source?: 
   };
 
   const current = rows[selected]?.node;
+  const [tokens, setTokens] = useState<{ id: number; data: NodeTokens | null; error: string } | null>(null);
+  const currentId = current?.id;
+  useEffect(() => {
+    if (currentId === undefined || !tokenSource) return setTokens(null);
+    let live = true;
+    setTokens({ id: currentId, data: null, error: "" });
+    tokenSource(currentId).then(
+      (data) => live && setTokens({ id: currentId, data, error: "" }),
+      (err) => live && setTokens({ id: currentId, data: null, error: String(err) }),
+    );
+    return () => {
+      live = false; // a later selection wins over a slow answer
+    };
+  }, [currentId, tokenSource]);
   return (
     <div className="tree-browser" data-testid="tree-browser">
       <div className="toolbar">
@@ -122,36 +142,7 @@ export function TreeBrowser({ tree, source: given }: { tree: TreeInfo; source?: 
         </div>
       )}
       <div className="tree-split">
-        <div className="scroll tree-rows" ref={scroller} tabIndex={0} onKeyDown={onKey} data-testid="tree-rows">
-          <div style={{ height: virt.getTotalSize(), position: "relative" }}>
-            {virt.getVirtualItems().map((v) => {
-              const r = rows[v.index];
-              return (
-                <div
-                  key={r.node.id}
-                  className={`tree-row${v.index === selected ? " selected" : ""}`}
-                  style={{ transform: `translateY(${v.start}px)`, paddingLeft: 8 + r.level * 16 }}
-                  onClick={() => setSelected(v.index)}
-                >
-                  <button
-                    className="twisty"
-                    aria-label={r.expanded ? "collapse" : "expand"}
-                    disabled={!r.expandable}
-                    onClick={(e) => {
-                      e.stopPropagation();
-                      void (r.expanded ? collapse(r.node.id) : expand(r.node.id));
-                    }}
-                  >
-                    {r.expandable ? (r.expanded ? "▾" : "▸") : "·"}
-                  </button>
-                  <span className={`badge kind-${r.node.kind}`}>{r.node.kind}</span>
-                  {r.hiddenRetries > 0 && <span className="badge">+{r.hiddenRetries} retries</span>}
-                  <span className="preview">{r.node.preview || `tokens ${r.node.token_start}–${r.node.token_end}`}</span>
-                </div>
-              );
-            })}
-          </div>
-        </div>
+        <TreeRows rows={rows} selected={selected} onSelect={select} onToggle={toggle} onKeyDown={onRowsKey} />
         <div className="detail" data-testid="tree-detail">
           {current ? (
             <dl>
@@ -171,6 +162,20 @@ export function TreeBrowser({ tree, source: given }: { tree: TreeInfo; source?: 
               <dd>
                 <pre>{current.preview}</pre>
               </dd>
+              {tokens && tokens.id === current.id && (
+                <>
+                  <dt>token detail</dt>
+                  <dd>
+                    {tokens.error ? (
+                      <span className="error">{tokens.error}</span>
+                    ) : tokens.data ? (
+                      <NodeTokensView tokens={tokens.data} />
+                    ) : (
+                      <span className="muted">loading tokens…</span>
+                    )}
+                  </dd>
+                </>
+              )}
             </dl>
           ) : (
             <p className="muted">select a node (arrow keys: ↑↓ move, ← parent, → expand)</p>

@@ -9,6 +9,19 @@ export interface Segment {
   end: number | null; // null while the unit still holds the role
 }
 
+/** GET /api/runs/{id}/roles/: the stored role intervals (platform cluster selectors). */
+export interface RoleIntervals {
+  run: number;
+  t0: number;
+  t1: number;
+  horizon: number; // the run's clock now: where open intervals end
+  units: { unit: number; gpus: number }[];
+  intervals: { unit: number; role: string; start: number; end: number | null }[];
+  truncated: boolean; // more intervals exist in the window than were sent
+  gpu_seconds: Record<Role, number>; // over the whole window, computed by the server
+  shares: Record<Role, number>;
+}
+
 export interface Shares {
   t: number[];
   share: Record<Role, number[]>; // fraction of GPUs in [0, 1]
@@ -53,6 +66,22 @@ export class RoleTimeline {
     lane.push({ role: to, start: t, end: null });
     this.changes++;
     return true;
+  }
+
+  /** A timeline from the stored intervals rather than from events (no event cap). */
+  static fromIntervals(resp: RoleIntervals): RoleTimeline {
+    const tl = new RoleTimeline();
+    for (const u of resp.units) tl.weight.set(u.unit, Math.max(1, u.gpus));
+    for (const iv of resp.intervals) {
+      if (iv.end !== null && iv.end <= iv.start) continue; // carries nothing
+      let lane = tl.lanes.get(iv.unit);
+      if (!lane) tl.lanes.set(iv.unit, (lane = []));
+      lane.push({ role: asRole(iv.role), start: iv.start, end: iv.end });
+      if (!tl.weight.has(iv.unit)) tl.weight.set(iv.unit, 1);
+    }
+    tl.tMax = resp.horizon;
+    tl.changes = resp.intervals.length;
+    return tl;
   }
 
   units(): number[] {

@@ -95,7 +95,8 @@ export function keyMove(rows: Row[], index: number, key: string): KeyMove {
     case "ArrowUp":
       return { kind: "select", index: Math.max(0, index - 1) };
     case "ArrowLeft": {
-      if (row.expanded) return { kind: "collapse", id: row.node.id };
+      // An expanded node whose children turned out to be none has nothing to fold: go up.
+      if (row.expanded && row.expandable) return { kind: "collapse", id: row.node.id };
       for (let i = index - 1; i >= 0; i--) if (rows[i].level < row.level) return { kind: "select", index: i };
       return { kind: "none" };
     }

@@ -27,6 +27,7 @@ export interface Run {
   created_at: string;
   started_at: string | null;
   finished_at: string | null;
+  can_edit?: boolean; // the caller may cancel, pause, resume, fork (a writer in the team)
 }
 
 export interface Experiment {
@@ -44,6 +45,9 @@ export interface Team {
   slug: string;
   role: string | null;
 }
+
+/** Team roles that may launch and control runs (platform teams.models.WRITE_ROLES). */
+export const WRITE_ROLES = ["owner", "admin", "member"];
 
 export interface Page<T> {
   next: string | null;

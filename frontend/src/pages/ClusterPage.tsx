@@ -1,28 +1,76 @@
-// GPU inventory and which run holds each GPU now.
+// GPU inventory and which run holds each GPU now. The cluster stream (/ws/, "stream":
+// "cluster") says when a node goes or comes back and when GPUs are leased or released:
+// the list reloads then, and the last few of those events show below it. A slow poll
+// stays as a fallback while the stream is down.
 
-import { useEffect, useState } from "react";
+import { useEffect, useRef, useState } from "react";
 import { Link } from "react-router-dom";
 import { listAll } from "../lib/api";
+import { type ClusterEvent, ClusterStream, describeClusterEvent } from "../lib/clusterStream";
+import type { StreamState } from "../lib/cursor";
 
 interface Gpu {
   id: number;
   node_name: string;
+  node_alive: boolean; // false: Ray no longer reports the node (it keeps its rows)
   index: number;
   model: string;
   memory_mb: number;
   run: number | null;
 }
 
+const RECENT = 8; // cluster events listed
+const POLL_MS = 5000; // reload the list this often while the stream is not live
+
 export function ClusterPage() {
   const [gpus, setGpus] = useState<Gpu[] | null>(null);
   const [error, setError] = useState("");
+  const [recent, setRecent] = useState<ClusterEvent[]>([]);
+  const [live, setLive] = useState<StreamState>("connecting");
+  const liveRef = useRef<StreamState>("connecting");
   useEffect(() => {
-    const load = () => listAll<Gpu>("/api/gpus/?page_size=500").then(setGpus).catch((e) => setError(String(e)));
+    let loading = false;
+    let again = false;
+    const load = async () => {
+      if (loading) {
+        again = true; // events arrived during a load: load once more after it
+        return;
+      }
+      loading = true;
+      try {
+        setGpus(await listAll<Gpu>("/api/gpus/?page_size=500"));
+      } catch (e) {
+        setError(String(e));
+      } finally {
+        loading = false;
+        if (again) {
+          again = false;
+          void load();
+        }
+      }
+    };
     void load();
-    const t = setInterval(load, 5000);
-    return () => clearInterval(t);
+    const stream = new ClusterStream({
+      onEvents: (events) => {
+        setRecent((r) => [...events.slice(-RECENT).reverse(), ...r].slice(0, RECENT));
+        void load();
+      },
+      onState: (state) => {
+        liveRef.current = state;
+        setLive(state);
+      },
+    });
+    stream.start();
+    const t = setInterval(() => liveRef.current !== "live" && void load(), POLL_MS);
+    return () => {
+      clearInterval(t);
+      stream.stop();
+    };
   }, []);
   const held = gpus?.filter((g) => g.run !== null).length ?? 0;
+  const gone = gpus?.filter((g) => !g.node_alive).length ?? 0;
+  const byId = new Map(gpus?.map((g) => [g.id, `${g.node_name}:${g.index}`]));
+  const gpuName = (id: number) => byId.get(id) ?? `gpu ${id}`;
   return (
     <div>
       <h2>Cluster</h2>
@@ -30,6 +78,7 @@ export function ClusterPage() {
       {gpus && (
         <p>
           {gpus.length} GPUs · {held} allocated · {gpus.length - held} free
+          {gone > 0 && <> · <span className="error">{gone} on nodes gone</span></>}
         </p>
       )}
       {gpus?.length === 0 && <p className="muted">no GPUs registered (an administrator registers them, or Ray reports them)</p>}
@@ -45,8 +94,11 @@ export function ClusterPage() {
         </thead>
         <tbody>
           {gpus?.map((g) => (
-            <tr key={g.id}>
-              <td>{g.node_name}</td>
+            <tr key={g.id} className={g.node_alive ? undefined : "muted"} data-node-gone={!g.node_alive || undefined}>
+              <td>
+                {g.node_name}
+                {!g.node_alive && <span className="badge status-failed">node gone</span>}
+              </td>
               <td>{g.index}</td>
               <td>{g.model}</td>
               <td>{(g.memory_mb / 1024).toFixed(0)} GiB</td>
@@ -55,6 +107,17 @@ export function ClusterPage() {
           ))}
         </tbody>
       </table>
+      <h3>
+        Recent cluster events <span className="muted">({live === "live" ? "live" : `${live}, polling`})</span>
+      </h3>
+      {recent.length === 0 && <p className="muted">no cluster events yet</p>}
+      <ul data-testid="cluster-events">
+        {recent.map((ev) => (
+          <li key={ev.seq} className={ev.kind === "node_status" && !ev.data.alive ? "error" : undefined}>
+            <span className="muted">{new Date(ev.wall).toLocaleTimeString()}</span> {describeClusterEvent(ev, gpuName)}
+          </li>
+        ))}
+      </ul>
     </div>
   );
 }

@@ -1,5 +1,6 @@
 // One run, live: status and controls, GPU role timeline, rollout progress, metrics,
-// trajectory trees and the event log. `readOnly` hides every control (share links).
+// trajectory trees and the event log. Controls show only to a caller who may use them
+// (`can_edit` from the API: a writer in the run's team); `readOnly` hides them (share links).
 
 import { useEffect, useState } from "react";
 import { useNavigate } from "react-router-dom";
@@ -65,6 +66,7 @@ export function RunView({ runId, readOnly = false }: { runId: number; readOnly?:
 
   if (!run) return <p>{error || "loading…"}</p>;
   const status = run.status;
+  const canEdit = !readOnly && run.can_edit === true;
   return (
     <div className="run-page">
       <header className="run-head">
@@ -83,7 +85,7 @@ export function RunView({ runId, readOnly = false }: { runId: number; readOnly?:
         <button onClick={togglePause} data-testid="pause">
           {paused ? "resume live" : "pause live"}
         </button>
-        {!readOnly && (
+        {canEdit && (
           <>
             <button onClick={() => void act("cancel")} disabled={!["queued", "starting", "running"].includes(status)}>
               cancel

@@ -1,9 +1,10 @@
 // Runs list with filters (team, experiment, status, policy, backend) and bulk cancel.
+// Cancel and launch show only to a writer in some team; a viewer's runs are not cancelled.
 
 import { useCallback, useEffect, useRef, useState } from "react";
 import { Link, useNavigate } from "react-router-dom";
 import { api, listAll, qs } from "../lib/api";
-import type { Experiment, Page, Run, Team } from "../lib/types";
+import { WRITE_ROLES, type Experiment, type Page, type Run, type Team } from "../lib/types";
 
 const STATUSES = ["queued", "starting", "running", "paused", "succeeded", "failed", "cancelled"];
 const ACTIVE = ["queued", "starting", "running"];
@@ -56,8 +57,12 @@ export function RunsPage() {
       return n;
     });
 
+  const canWrite = teams.some((t) => t.role !== null && WRITE_ROLES.includes(t.role));
+  const readOnlyIds = new Set(runs.filter((r) => r.can_edit === false).map((r) => r.id));
+  const cancellable = [...picked].filter((id) => !readOnlyIds.has(id));
+
   const cancelPicked = async () => {
-    const ids = [...picked];
+    const ids = cancellable;
     const results = await Promise.allSettled(ids.map((id) => api(`/api/runs/${id}/cancel/`, { method: "POST", json: {} })));
     const failed = results.filter((r) => r.status === "rejected").length;
     setMessage(`cancel requested for ${ids.length - failed} run(s)${failed ? `, ${failed} refused` : ""}`);
@@ -106,15 +111,19 @@ export function RunsPage() {
             <option key={s}>{s}</option>
           ))}
         </select>
-        <button disabled={!picked.size} onClick={() => void cancelPicked()}>
-          cancel selected ({picked.size})
-        </button>
+        {canWrite && (
+          <button disabled={!cancellable.length} onClick={() => void cancelPicked()}>
+            cancel selected ({cancellable.length})
+          </button>
+        )}
         <button disabled={picked.size < 2} onClick={() => navigate(`/compare?runs=${[...picked].join(",")}`)}>
           compare selected
         </button>
-        <Link to="/launch" className="button">
-          launch…
-        </Link>
+        {canWrite && (
+          <Link to="/launch" className="button">
+            launch…
+          </Link>
+        )}
       </div>
       {message && <p className="note">{message}</p>}
       <table className="runs" data-testid="runs-table">

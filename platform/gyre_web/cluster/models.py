@@ -3,8 +3,11 @@ GPU role timeline. A GPU is held by at most one run at a time (a partial unique 
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 
 class Node(models.Model):
@@ -69,3 +72,25 @@ class RoleInterval(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["run", "start"], name="role_interval_by_run")]
+
+
+class ClusterSeq(models.Model):
+    """One row (pk 1): the next ``ClusterEvent.seq``. Taken ``select_for_update`` by each
+    writer, so concurrent transactions number their events one after the other, without
+    gaps (a rolled-back writer gives its numbers back)."""
+
+    next_seq = models.BigIntegerField(default=1)
+
+
+class ClusterEvent(models.Model):
+    """The cluster's own event log (not a run's): nodes gone and back, GPUs leased and
+    released; ``seq`` is contiguous from 1. Kinds in ``gyre_web.cluster.kinds``."""
+
+    seq = models.BigIntegerField(unique=True)
+    kind = models.CharField(max_length=32)
+    wall = models.DateTimeField(default=timezone.now)
+    data = models.JSONField(default=dict)
+
+    def as_message(self) -> dict[str, Any]:
+        return {"seq": self.seq, "kind": self.kind, "wall": self.wall.isoformat(),
+                "data": self.data}  # fmt: skip

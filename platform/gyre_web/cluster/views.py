@@ -14,11 +14,14 @@ from gyre_web.cluster.models import Gpu
 
 class GpuSerializer(serializers.ModelSerializer):
     node_name = serializers.CharField(source="node.name", read_only=True)
+    node_alive = serializers.BooleanField(source="node.alive", read_only=True)
+    node_last_seen_at = serializers.DateTimeField(source="node.last_seen_at", read_only=True)
     run = serializers.SerializerMethodField()
 
     class Meta:
         model = Gpu
-        fields = ["id", "node", "node_name", "index", "model", "memory_mb", "run"]
+        fields = ["id", "node", "node_name", "node_alive", "node_last_seen_at", "index", "model",
+                  "memory_mb", "run"]  # fmt: skip
 
     def get_run(self, gpu: Gpu) -> int | None:
         return selectors.holder_of(gpu)

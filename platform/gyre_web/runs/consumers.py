@@ -4,15 +4,18 @@ Client -> server: ``{"type": "subscribe", "run": ID, "after": SEQ}`` (``after_se
 accepted) and ``{"type": "unsubscribe", "run": ID}``. Server -> client:
 ``{"type": "events", "run": ID, "events": [{"seq", "kind", "t", "wall", "data"}, ...]}``,
 ``{"type": "subscribed", "run": ID, "after": SEQ}`` and ``{"type": "error", ...}``.
+A message that names ``"stream": "cluster"`` is the cluster event log's instead
+(``gyre_web.cluster.stream``).
 
 The event table is the source of truth: each subscription reads the events after its
 cursor, sends them, and waits — for a wake-up from the channel layer (service mode) or
 the poll interval (embedded mode, or as a safety net) — then reads again. So a
 subscriber never misses or reorders an event, however the wake-ups arrive.
 
-Many clients usually watch one run. A :class:`RunFeed` per run and process reads each new
-batch from the table once for all of them (the wake-up names the newest ``seq``) and keeps
-the recent events in memory; a subscriber whose cursor is older than that window, or a
+Many clients usually watch one run. A :class:`RunFeed` per run and process takes each new
+batch from its wake-up (the sink sends the committed rows along) or else reads it from the
+table once for all of them (the wake-up names the newest ``seq``), and keeps the recent
+events in memory; a subscriber whose cursor is older than that window, or a
 poll without a wake-up, reads the table itself. Database calls run one at a time in
 Channels, so one query per client per batch would queue up behind each other.
 """
@@ -28,6 +31,8 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
+from gyre_web.cluster.stream import STREAM as CLUSTER_STREAM
+from gyre_web.cluster.stream import ClusterStream
 from gyre_web.runs import selectors
 
 BATCH = 500  # events per message at most
@@ -111,12 +116,20 @@ class RunFeed:
     def announce(self, last_seq: int) -> None:
         self.latest = max(self.latest, last_seq)
 
+    def offer(self, events: list[dict[str, Any]]) -> None:
+        """A committed batch carried by its wake-up: kept when it continues the cache (or
+        starts it), else ignored, so the cache stays contiguous and a gap is read from the
+        table as before."""
+        if events and (not self.cache or events[0]["seq"] == self._top() + 1):
+            self.cache = (self.cache + events)[-WINDOW:]
+
 
 class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def connect(self) -> None:
         self.subs: dict[int, asyncio.Task[None]] = {}
         self.wake: dict[int, asyncio.Event] = {}
         self.feeds: dict[int, RunFeed] = {}
+        self.cluster = ClusterStream(self)
         user, link = self.scope.get("user"), self.scope.get("share_link")
         if link is None and not getattr(user, "is_authenticated", False):
             await self.close(code=4401)
@@ -126,10 +139,19 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def disconnect(self, code: int) -> None:
         for run_id in list(getattr(self, "subs", {})):
             await self._unsubscribe(run_id)
+        if hasattr(self, "cluster"):
+            await self.cluster.stop()
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if not isinstance(content, dict):
             await self.send_json({"type": "error", "error": "send a JSON object"})
+            return
+        stream = content.get("stream")
+        if stream is not None:
+            if stream == CLUSTER_STREAM:
+                await self.cluster.receive(content)
+            else:
+                await self.send_json({"type": "error", "error": f"no stream {stream!r}"})
             return
         kind, run = content.get("type"), content.get("run")
         if kind not in ("subscribe", "unsubscribe") or not isinstance(run, int):
@@ -197,8 +219,14 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         """Channel-layer wake-up sent by the worker's sink after it commits events."""
         run_id = int(message["run"])
         feed = self.feeds.get(run_id)
+        if feed is not None and isinstance(message.get("events"), list):
+            feed.offer(message["events"])  # the first subscriber here adds it for all
         if feed is not None and isinstance(message.get("last_seq"), int):
             feed.announce(message["last_seq"])
         wake = self.wake.get(run_id)
         if wake is not None:
             wake.set()
+
+    async def cluster_events(self, message: dict[str, Any]) -> None:
+        """Channel-layer wake-up sent after cluster events commit (``cluster.services``)."""
+        self.cluster.woken()

@@ -111,6 +111,31 @@ class MetricPoint(models.Model):
         ]
 
 
+class MetricRollup(models.Model):
+    """Min, max and last value of a metric over one block of ``2**level`` steps (the steps
+    ``bucket * 2**level`` up to the next block), for levels 1..ROLLUP_LEVELS. Kept by
+    ``services.append_events`` in the transaction that inserts the points, so that a
+    downsampled series reads about ``points`` rows instead of every point."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_rollups")
+    name = models.CharField(max_length=100)
+    level = models.SmallIntegerField()
+    bucket = models.BigIntegerField()  # step >> level
+    min = models.FloatField()
+    max = models.FloatField()
+    last = models.FloatField()  # the value at last_step
+    first_step = models.IntegerField()
+    last_step = models.IntegerField()
+    count = models.IntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "name", "level", "bucket"], name="one_rollup_per_block"
+            )
+        ]
+
+
 class BenchmarkScore(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="benchmarks")
     step = models.IntegerField()

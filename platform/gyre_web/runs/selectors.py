@@ -3,13 +3,20 @@ a cursor, and metric series aligned by step and downsampled in the database."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from django.db.models import F, Max, Min, Q, QuerySet
 
-from gyre_web.runs.models import Experiment, MetricPoint, Run, RunEvent, Visibility
-from gyre_web.teams.models import Membership
+from gyre_web.runs import rollups
+from gyre_web.runs.models import (
+    Experiment,
+    MetricPoint,
+    MetricRollup,
+    Run,
+    RunEvent,
+    Visibility,
+)
+from gyre_web.teams.models import WRITE_ROLES, Membership
 
 
 def _member_team_ids(user: Any) -> QuerySet[Membership, int]:
@@ -26,6 +33,14 @@ def experiments_visible(user: Any, link: Any = None) -> QuerySet[Experiment]:
     )
 
 
+def experiments_writable(user: Any) -> QuerySet[Experiment, int]:
+    """Ids of the experiments whose runs ``user`` may control (a writer in the team)."""
+    if not getattr(user, "is_authenticated", False):
+        return Experiment.objects.none().values_list("pk", flat=True)
+    teams = Membership.objects.filter(user=user, role__in=WRITE_ROLES).values_list("team_id")
+    return Experiment.objects.filter(team_id__in=teams).values_list("pk", flat=True)
+
+
 def runs_visible(user: Any, link: Any = None) -> QuerySet[Run]:
     if link is not None:
         if link.run_id:
@@ -39,12 +54,21 @@ def runs_visible(user: Any, link: Any = None) -> QuerySet[Run]:
     )
 
 
-def events_after(*, run_id: int, after: int = 0, limit: int = 1000) -> list[RunEvent]:
-    return list(RunEvent.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")[:limit])
+def events_after(
+    *, run_id: int, after: int = 0, limit: int = 1000, kinds: list[str] | None = None
+) -> list[RunEvent]:
+    """Events after the cursor ``after`` in ``seq`` order; only those of ``kinds`` if given."""
+    rows = RunEvent.objects.filter(run_id=run_id, seq__gt=after)
+    if kinds:
+        rows = rows.filter(kind__in=kinds)
+    return list(rows.order_by("seq")[:limit])
 
 
 def metric_names(*, run_ids: list[int]) -> list[str]:
-    names = MetricPoint.objects.filter(run_id__in=run_ids).values_list("name", flat=True)
+    top = MetricRollup.objects.filter(run_id__in=run_ids, level=rollups.LEVELS)
+    names = top.values_list("name", flat=True).distinct()
+    if not names:  # points without rollups (written around the services)
+        names = MetricPoint.objects.filter(run_id__in=run_ids).values_list("name", flat=True)
     return sorted(set(names.distinct()))
 
 
@@ -52,36 +76,48 @@ def metric_series(*, run_ids: list[int], names: list[str], points: int = 500) ->
     """Series for each (run, name), bucketed on one shared step grid so runs align.
 
     Each bucket reports the min and max of its values and the value at its last step. The
-    grouping runs in the database; only ``points`` rows per series come back.
+    grouping runs in the database over the rollup blocks (``rollups.grid`` picks the level
+    and says how the grid snaps to it) or, for a short span, over the points themselves;
+    only ``points`` rows per series come back.
     """
     if points < 1:
         raise ValueError("points must be at least 1")
-    base = MetricPoint.objects.filter(run_id__in=run_ids, name__in=names)
-    bounds = base.aggregate(lo=Min("step"), hi=Max("step"))
+    top = MetricRollup.objects.filter(run_id__in=run_ids, name__in=names, level=rollups.LEVELS)
+    bounds = top.aggregate(lo=Min("first_step"), hi=Max("last_step"))
+    has_rollups = bounds["lo"] is not None
+    if not has_rollups:  # points without rollups (written around the services)
+        raw = MetricPoint.objects.filter(run_id__in=run_ids, name__in=names)
+        bounds = raw.aggregate(lo=Min("step"), hi=Max("step"))
     if bounds["lo"] is None:
         return {"bucket": 1, "series": []}
     lo, hi = int(bounds["lo"]), int(bounds["hi"])
-    width = max(1, math.ceil((hi - lo + 1) / points))
-    rows = (
-        base.annotate(bucket=(F("step") - lo) / width)
-        .values("run_id", "name", "bucket")
-        .annotate(lo=Min("value"), hi=Max("value"), last_step=Max("step"))
-        .order_by("run_id", "name", "bucket")
+    grid = rollups.grid(lo, hi, points) if has_rollups else rollups.plain_grid(lo, hi, points)
+    if grid.level == 0:
+        base: QuerySet[Any] = MetricPoint.objects.filter(run_id__in=run_ids, name__in=names)
+        start: Any = F("step")
+        fields = ("value", "value", "step", "value")
+    else:
+        base = MetricRollup.objects.filter(run_id__in=run_ids, name__in=names, level=grid.level)
+        start = F("bucket") * (1 << grid.level)
+        fields = ("min", "max", "last_step", "last")
+    low, high, step, value = fields
+    rows = list(
+        base.annotate(b=(start - grid.origin) / grid.width)
+        .values("run_id", "name", "b")
+        .annotate(lo=Min(low), hi=Max(high), last_step=Max(step))
+        .order_by("run_id", "name", "b")
     )
-    rows = list(rows)
-    last_values: dict[tuple[int, str, int], float] = {}
     wanted = {(r["run_id"], r["name"], r["last_step"]) for r in rows}
-    steps = {step for _, _, step in wanted}
-    for run_id, name, step, value in base.filter(step__in=steps).values_list(
-        "run_id", "name", "step", "value"
-    ):
-        if (run_id, name, step) in wanted:
-            last_values[(run_id, name, step)] = value
+    last_values: dict[tuple[int, str, int], float] = {}
+    lasts = base.filter(**{f"{step}__in": sorted({s for _, _, s in wanted})})
+    for run_id, name, at, v in lasts.values_list("run_id", "name", step, value):
+        if (run_id, name, at) in wanted:
+            last_values[(run_id, name, at)] = v
     series: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for r in rows:
         series.setdefault((r["run_id"], r["name"]), []).append(
             {
-                "step": lo + int(r["bucket"]) * width,  # the bucket's first step: aligned
+                "step": grid.origin + int(r["b"]) * grid.width,  # the bucket's first step
                 "last_step": r["last_step"],
                 "min": r["lo"],
                 "max": r["hi"],
@@ -89,7 +125,7 @@ def metric_series(*, run_ids: list[int], names: list[str], points: int = 500) ->
             }
         )
     return {
-        "bucket": width,
+        "bucket": grid.width,
         "series": [
             {"run": run_id, "name": name, "points": pts}
             for (run_id, name), pts in sorted(series.items())

@@ -4,6 +4,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from gyre_web.access import share_link_of
 from gyre_web.runs.models import Experiment, Run
 from gyre_web.teams.selectors import teams_of
 
@@ -27,13 +28,17 @@ class ExperimentSerializer(serializers.ModelSerializer):
 
 
 class RunSerializer(serializers.ModelSerializer):
+    # Whether the caller may cancel, pause, resume, fork or delete this run (a writer in its
+    # team); the dashboard hides those controls otherwise. False for a share link.
+    can_edit = serializers.SerializerMethodField()
+
     class Meta:
         model = Run
         fields = [
             "id", "experiment", "name", "config", "policy", "backend", "seed", "steps",
             "status", "step", "error", "celery_task_id", "ray_job_id", "checkpoint_path",
             "parent", "stop_requested", "created_at", "started_at", "finished_at",
-            "heartbeat_at",
+            "heartbeat_at", "can_edit",
         ]  # fmt: skip
         read_only_fields = [f for f in fields if f not in ("experiment", "name", "config")]
 
@@ -45,6 +50,17 @@ class RunSerializer(serializers.ModelSerializer):
         fields["experiment"].queryset = experiments_visible(getattr(request, "user", None))
         return fields
 
+    def get_can_edit(self, run: Run) -> bool:
+        from gyre_web.runs.selectors import experiments_writable
+
+        request = self.context.get("request")
+        if request is None or share_link_of(request) is not None:
+            return False
+        # One query per response, shared by every row of a list (the root's context).
+        if "_writable" not in self.context:
+            self.context["_writable"] = set(experiments_writable(request.user))
+        return run.experiment_id in self.context["_writable"]
+
 
 class RunListSerializer(RunSerializer):
     class Meta(RunSerializer.Meta):
@@ -53,7 +69,7 @@ class RunListSerializer(RunSerializer):
 
 class ForkSerializer(serializers.Serializer):
     changes = serializers.DictField(required=False, default=dict)
-    name = serializers.CharField(required=False, default="", allow_blank=True)
+    name = serializers.CharField(required=False, default="", allow_blank=True, max_length=200)
 
 
 class EventSerializer(serializers.Serializer):

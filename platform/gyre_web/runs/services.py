@@ -9,15 +9,18 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from gyre_web.runs import rollups
 from gyre_web.runs.models import (
     ACTIVE,
     TRANSITIONS,
     BenchmarkScore,
     Experiment,
     MetricPoint,
+    MetricRollup,
     Run,
     RunEvent,
     Status,
@@ -164,7 +167,7 @@ def fork_run(*, run: Run, changes: dict[str, Any], created_by: Any = None, name:
         experiment=run.experiment,
         config=config,
         created_by=created_by,
-        name=name or f"{run.name or f'run {run.pk}'} (fork)",
+        name=(name or f"{run.name or f'run {run.pk}'} (fork)")[:200],  # Run.name's max_length
         parent=run,
     )
 
@@ -208,10 +211,8 @@ def append_events(*, run_id: int, events: list[dict[str, Any]]) -> list[RunEvent
         data = e.get("data", {})
         if e["kind"] == "step_finished":
             step = max(step, int(data["step"]))
-            points += [
-                MetricPoint(run_id=run_id, name=k, step=int(data["step"]), value=float(v))
-                for k, v in data.get("metrics", {}).items()
-            ]
+            metrics = data.get("metrics", {})
+            points += [(str(k), int(data["step"]), float(v)) for k, v in metrics.items()]
         elif e["kind"] == "benchmark":
             scores.append(
                 BenchmarkScore(
@@ -222,10 +223,70 @@ def append_events(*, run_id: int, events: list[dict[str, Any]]) -> list[RunEvent
                     tasks=int(data.get("tasks", 0)),
                 )
             )
-    # A resumed run may replay a step it had already reported: keep the first value.
-    MetricPoint.objects.bulk_create(points, ignore_conflicts=True)
+    record_metric_points(run_id=run_id, points=points)
     BenchmarkScore.objects.bulk_create(scores, ignore_conflicts=True)
     Run.objects.filter(pk=run_id).update(
         next_seq=first + len(rows), step=step, heartbeat_at=timezone.now()
     )
     return rows
+
+
+def record_metric_points(*, run_id: int, points: list[tuple[str, int, float]]) -> None:
+    """Insert metric points (name, step, value) and fold them into the run's rollups. A
+    resumed run may replay a step it had already reported: the first value stays. Call it
+    with the run's row locked (``append_events`` does), so two writers never interleave."""
+    first: dict[tuple[str, int], float] = {}
+    for name, step, value in points:
+        first.setdefault((name, step), value)
+    if not first:
+        return
+    names = sorted({name for name, _ in first})
+    stored = MetricPoint.objects.filter(
+        run_id=run_id, name__in=names, step__in=sorted({step for _, step in first})
+    ).values_list("name", "step")
+    for key in stored:
+        first.pop(key, None)
+    fresh = [(name, step, value) for (name, step), value in first.items()]
+    MetricPoint.objects.bulk_create(
+        [MetricPoint(run_id=run_id, name=n, step=s, value=v) for n, s, v in fresh],
+        ignore_conflicts=True,
+    )
+    _fold_rollups(run_id, names, rollups.blocks(fresh))
+
+
+def _fold_rollups(run_id: int, names: list[str], new: dict[rollups.Key, rollups.Block]) -> None:
+    if not new:
+        return
+    by_level: dict[int, set[int]] = {}
+    for _, level, bucket in new:
+        by_level.setdefault(level, set()).add(bucket)
+    where = Q()
+    for level, buckets in by_level.items():
+        where |= Q(level=level, bucket__in=sorted(buckets))
+    changed = []
+    for row in MetricRollup.objects.filter(run_id=run_id, name__in=names).filter(where):
+        block = new.pop((row.name, row.level, row.bucket), None)
+        if block is None:
+            continue
+        merged = rollups.Block(row.min, row.max, row.last, row.first_step, row.last_step,
+                               row.count)  # fmt: skip
+        merged.merge(block)
+        for field, value in rollups.row_fields(merged).items():
+            setattr(row, field, value)
+        changed.append(row)
+    MetricRollup.objects.bulk_update(changed, rollups.FIELDS)
+    MetricRollup.objects.bulk_create(
+        [
+            MetricRollup(run_id=run_id, name=n, level=lv, bucket=bk, **rollups.row_fields(b))
+            for (n, lv, bk), b in new.items()
+        ]
+    )
+
+
+def rebuild_metric_rollups(*, run_ids: list[int] | None = None) -> int:
+    """Recompute rollups from the stored points (for points written around
+    ``record_metric_points``, e.g. by a bulk load); -> rollup rows written."""
+    with transaction.atomic():
+        if run_ids is not None:  # no sink batch folds in meanwhile (append_events locks it too)
+            list(Run.objects.select_for_update().filter(pk__in=run_ids).values_list("pk"))
+        return rollups.rebuild(MetricPoint, MetricRollup, run_ids)

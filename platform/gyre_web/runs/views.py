@@ -3,6 +3,8 @@ after a cursor and downsampled metrics for one or several runs."""
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 from django.db.models import QuerySet
@@ -16,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from gyre_web.access import require_role, share_link_of
+from gyre_web.cluster import selectors as cluster_selectors
 from gyre_web.runs import selectors, services
 from gyre_web.runs.models import Experiment, Run
 from gyre_web.runs.serializers import (
@@ -25,6 +28,8 @@ from gyre_web.runs.serializers import (
     RunListSerializer,
     RunSerializer,
 )
+
+_KIND = re.compile(r"[a-z0-9_]{1,32}")
 
 
 def _int_param(request: Request, name: str, default: int, lo: int, hi: int) -> int:
@@ -37,6 +42,19 @@ def _int_param(request: Request, name: str, default: int, lo: int, hi: int) -> i
         raise ValidationError({name: f"must be an integer, got {raw!r}"}) from None
     if not lo <= value <= hi:
         raise ValidationError({name: f"must be between {lo} and {hi}"})
+    return value
+
+
+def _float_param(request: Request, name: str) -> float | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValidationError({name: f"must be a number, got {raw!r}"}) from None
+    if not math.isfinite(value) or value < 0:
+        raise ValidationError({name: "must be a finite number of seconds, 0 or more"})
     return value
 
 
@@ -118,7 +136,9 @@ class RunViewSet(
             )
         except services.ConfigInvalid as err:
             raise _config_error(err) from None
-        return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
+        return Response(
+            RunSerializer(run, context={"request": request}).data, status=status.HTTP_201_CREATED
+        )
 
     def perform_destroy(self, instance: Run) -> None:
         require_role(self.request, instance.experiment.team_id)
@@ -133,7 +153,7 @@ class RunViewSet(
             result = fn(run=run, **kwargs)
         except services.IllegalTransition as err:
             return Response({"detail": str(err)}, status=status.HTTP_409_CONFLICT)
-        return Response(RunSerializer(result).data)
+        return Response(RunSerializer(result, context={"request": request}).data)
 
     @action(detail=True, methods=["post"], serializer_class=None)
     def cancel(self, request: Request, pk: str | None = None) -> Response:
@@ -162,7 +182,9 @@ class RunViewSet(
             )
         except services.ConfigInvalid as err:
             raise _config_error(err) from None
-        return Response(RunSerializer(child).data, status=status.HTTP_201_CREATED)
+        return Response(
+            RunSerializer(child, context={"request": request}).data, status=status.HTTP_201_CREATED
+        )
 
     @action(detail=True, methods=["post"], url_path="import", serializer_class=None,
             parser_classes=[MultiPartParser, FileUploadParser])  # fmt: skip
@@ -185,11 +207,27 @@ class RunViewSet(
 
     @action(detail=True, methods=["get"], serializer_class=EventSerializer, pagination_class=None)
     def events(self, request: Request, pk: str | None = None) -> Response:
+        """?after=SEQ&limit=N the events after a cursor; ?kind=a,b only those kinds."""
         run = self.get_object()
         after = _int_param(request, "after", 0, 0, 2**62)
         limit = _int_param(request, "limit", 1000, 1, 10000)
-        rows = selectors.events_after(run_id=run.pk, after=after, limit=limit)
+        kinds = [k for k in request.query_params.get("kind", "").split(",") if k]
+        if any(not _KIND.fullmatch(k) for k in kinds):
+            raise ValidationError({"kind": "comma-separated event kinds (a-z, 0-9, _)"})
+        rows = selectors.events_after(run_id=run.pk, after=after, limit=limit, kinds=kinds)
         return Response({"run": run.pk, "events": [r.as_message() for r in rows]})
+
+    @action(detail=True, methods=["get"], serializer_class=None, pagination_class=None)
+    def roles(self, request: Request, pk: str | None = None) -> Response:
+        """The GPU role timeline from the stored role intervals: ?t0=&t1= (seconds on the
+        run's clock) a window, ?limit= at most that many intervals (``truncated`` says
+        more exist), with GPU-seconds and shares per role over the whole window."""
+        run = self.get_object()
+        t0, t1 = _float_param(request, "t0"), _float_param(request, "t1")
+        if t0 is not None and t1 is not None and t1 < t0:
+            raise ValidationError({"t1": "must not be before t0"})
+        limit = _int_param(request, "limit", 20000, 1, 100000)
+        return Response(cluster_selectors.role_intervals(run_id=run.pk, t0=t0, t1=t1, limit=limit))
 
     @action(detail=True, methods=["get"], serializer_class=None, pagination_class=None)
     def metrics(self, request: Request, pk: str | None = None) -> Response:

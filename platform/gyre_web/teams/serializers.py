@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth import get_user_model
 from rest_framework import serializers
 
@@ -23,8 +25,17 @@ class TeamSerializer(serializers.ModelSerializer):
         return None
 
 
+class UsernameField(serializers.SlugRelatedField):
+    """A user by username; a name Postgres cannot hold (a NUL byte) is simply not found."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, str) and "\x00" in data:
+            self.fail("does_not_exist", slug_name=self.slug_field, value=data.replace("\x00", ""))
+        return super().to_internal_value(data)
+
+
 class MembershipSerializer(serializers.ModelSerializer):
-    username = serializers.SlugRelatedField(
+    username = UsernameField(
         source="user", slug_field="username", queryset=get_user_model().objects.all()
     )
     role = serializers.ChoiceField(choices=Role.choices)

@@ -9,6 +9,7 @@ from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -62,6 +63,8 @@ class TeamViewSet(viewsets.ModelViewSet):
         self, request: Request, pk: str | None = None, username: str = ""
     ) -> Response:
         team = self.get_object()
+        if "\x00" in username:  # no user has it, and Postgres cannot even compare it
+            raise NotFound("no such user")
         user = get_object_or_404(get_user_model(), username=username)
         if user != request.user:
             require_manager(request, team.pk)

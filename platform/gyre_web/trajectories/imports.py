@@ -1,12 +1,12 @@
 """Import of ``gyre.trajectory/v1`` JSONL files (from Gyre or another harness) into a run's
-rollouts and trees. The file itself is kept as the token payload; rows hold metadata only.
-Text previews show token ids unless a tokenizer is given (``decode``)."""
+rollouts and trees. The file itself is kept as the token payload; rows hold metadata only
+(the same rows a live run's payload makes, see ``payloads``). Text previews show token ids
+unless a tokenizer is given (``decode``)."""
 
 from __future__ import annotations
 
 import shutil
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -15,11 +15,9 @@ from django.db import transaction
 
 from gyre_core.trajectory.format import Rollout as CoreRollout
 from gyre_core.trajectory.format import TrajectoryFormatError, read_rollouts
-from gyre_core.trajectory.tree import Node, PrefixTree, build_trees
+from gyre_core.trajectory.tree import build_trees
 from gyre_web.trajectories.models import Rollout, Tree
-from gyre_web.trajectories.services import create_tree
-
-PREVIEW_TOKENS = 24  # tokens shown in a node's preview
+from gyre_web.trajectories.payloads import Decode, rollout_row, store_tree
 
 
 class ImportRejected(ValueError):
@@ -30,47 +28,8 @@ class ImportRejected(ValueError):
         self.problem, self.line, self.field = problem, line, field
 
 
-def _ids_preview(tokens: Any) -> str:
-    ids = [int(t) for t in tokens[:PREVIEW_TOKENS]]
-    more = " …" if len(tokens) > PREVIEW_TOKENS else ""
-    return "[" + " ".join(map(str, ids)) + more + "]"
-
-
-def _node_specs(tree: PrefixTree, decode: Callable[[list[int]], str] | None) -> list[dict]:
-    """Preorder (parent before child) node dicts for ``create_tree``; leaves counted below."""
-    specs: list[dict[str, Any]] = []
-    ids: dict[int, int] = {}
-
-    def leaves(node: Node) -> int:
-        return sum(leaves(c) for c in node.children.values()) if node.children else 1
-
-    stack = list(reversed(list(tree.root.children.values())))
-    while stack:
-        node = stack.pop()
-        ids[id(node)] = len(specs)
-        parent = node.parent
-        opener = tree.calls[node.opener] if node.opener >= 0 else None
-        tokens = node.tokens
-        specs.append(
-            {
-                "id": len(specs),
-                "parent": None if parent is None or parent is tree.root else ids[id(parent)],
-                "kind": opener.kind if opener else "continue",
-                "token_start": node.start,
-                "token_end": node.end,
-                "trainable": int(node.generated.sum()),
-                "preview": decode([int(t) for t in tokens[:PREVIEW_TOKENS]])
-                if decode
-                else _ids_preview(tokens),
-                "leaves": leaves(node),
-            }
-        )
-        stack.extend(reversed(list(node.children.values())))
-    return specs
-
-
 def import_trajectories(
-    *, run: Any, upload: IO[bytes], decode: Callable[[list[int]], str] | None = None
+    *, run: Any, upload: IO[bytes], decode: Decode | None = None
 ) -> dict[str, int]:
     """Validate and store a JSONL upload; -> counts. Raises ImportRejected (nothing stored)."""
     folder = Path(settings.GYRE_RUNS_DIR) / str(run.pk) / "imports"
@@ -101,33 +60,9 @@ def import_trajectories(
         raise ImportRejected(f"already imported into this run: {dup[:5]}", field="rollout_id")
     trees = build_trees(rollouts)
     with transaction.atomic():
-        Rollout.objects.bulk_create([_rollout_row(run, r, path) for r in rollouts])
+        Rollout.objects.bulk_create([rollout_row(run.pk, r, path) for r in rollouts])
         nodes = 0
         for group_id, tree in trees.items():
-            specs = _node_specs(tree, decode)
-            row = create_tree(run_id=run.pk, group_id=group_id, nodes=specs,
-                              payload_path=str(path))  # fmt: skip
-            row.rollouts = len(tree.rollouts)
-            row.tokens_unique = sum(s["token_end"] - s["token_start"] for s in specs)
-            row.tokens_per_call = sum(c.full_len for c in tree.calls)
-            row.save(update_fields=["rollouts", "tokens_unique", "tokens_per_call"])
-            nodes += len(specs)
+            row = Tree.objects.create(run_id=run.pk, group_id=group_id)
+            nodes += len(store_tree(tree_row=row, tree=tree, payload=path, decode=decode))
     return {"rollouts": len(rollouts), "trees": len(trees), "nodes": nodes}
-
-
-def _rollout_row(run: Any, r: CoreRollout, path: Path) -> Rollout:
-    versions = [int(v) for c in r.calls for v in c.versions]
-    return Rollout(
-        run=run,
-        rollout_id=r.rollout_id,
-        task_id=r.task_id,
-        group_id=r.group_id,
-        status=r.status,
-        progress=r.progress,
-        reward=r.score,
-        turns=sum(1 for c in r.calls if c.agent == "main"),
-        tokens=sum(len(c.completion_ids) for c in r.calls),
-        version_min=min(versions) if versions else None,
-        version_max=max(versions) if versions else None,
-        payload_path=str(path),
-    )

@@ -49,19 +49,33 @@ def record_rollout_events(*, run_id: int, events: list[dict[str, Any]]) -> None:
             rid = str(e["data"]["rollout_id"])
             changes.setdefault(rid, {}).update(_rollout_fields(e))
         elif e["kind"] == "tree_ready":
-            data = e["data"]
-            Tree.objects.update_or_create(
-                run_id=run_id,
-                group_id=str(data["group_id"]),
-                defaults={
-                    "rollouts": int(data.get("rollouts", 0)),
-                    "tokens_unique": int(data.get("tokens_unique", 0)),
-                    "tokens_per_call": int(data.get("tokens_per_call", 0)),
-                    "nodes": int(data.get("nodes", 0)),
-                },
-            )
-    if not changes:
+            _record_tree_ready(run_id, e["data"])
+    if changes:
+        _upsert_rollouts(run_id, changes)
+    written = [e for e in events if e["kind"] == "rollouts_written"]
+    if written:  # after the rows above exist, so the payload merges into them
+        from gyre_web.trajectories.payloads import record_rollouts_written
+
+        for e in written:
+            record_rollouts_written(run_id=run_id, path=str(e["data"]["path"]))
+
+
+def _record_tree_ready(run_id: int, data: dict[str, Any]) -> None:
+    """A tree's counts from the runtime; once its payload is imported, the counts of the
+    stored nodes stand (a group whose rollouts span two steps has a ``tree_ready`` each)."""
+    tree, _ = Tree.objects.select_for_update().get_or_create(
+        run_id=run_id, group_id=str(data["group_id"])
+    )
+    if tree.payload_path:
         return
+    tree.rollouts = int(data.get("rollouts", 0))
+    tree.tokens_unique = int(data.get("tokens_unique", 0))
+    tree.tokens_per_call = int(data.get("tokens_per_call", 0))
+    tree.nodes = int(data.get("nodes", 0))
+    tree.save(update_fields=["rollouts", "tokens_unique", "tokens_per_call", "nodes"])
+
+
+def _upsert_rollouts(run_id: int, changes: dict[str, dict[str, Any]]) -> None:
     existing = {
         r.rollout_id: r
         for r in Rollout.objects.select_for_update().filter(
@@ -114,6 +128,15 @@ def create_tree(
     tree = Tree.objects.create(
         run_id=run_id, group_id=group_id, nodes=len(nodes), payload_path=payload_path
     )
+    store_nodes(tree=tree, nodes=nodes)
+    return tree
+
+
+@transaction.atomic
+def store_nodes(*, tree: Tree, nodes: list[dict[str, Any]]) -> None:
+    """Replace the tree's nodes by ``nodes`` (as for ``create_tree``); sets ``nodes``,
+    ``depth`` and ``branch_counts`` on the tree row."""
+    TreeNode.objects.filter(tree=tree).delete()
     ordinals: dict[Any, list[int]] = {}
     children_seen: dict[Any, int] = {}
     branch_counts: dict[str, int] = {}
@@ -154,7 +177,7 @@ def create_tree(
             row.parent_id = pks[parent_id] if parent_id is not None else None
         TreeNode.objects.bulk_create([row for _, _, row in level], batch_size=2000)
         pks.update({node_id: row.pk for node_id, _, row in level})
+    tree.nodes = len(nodes)
     tree.depth = max((len(o) - 1 for o in ordinals.values()), default=0)
     tree.branch_counts = branch_counts
-    tree.save(update_fields=["depth", "branch_counts"])
-    return tree
+    tree.save(update_fields=["nodes", "depth", "branch_counts"])

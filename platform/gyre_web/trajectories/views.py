@@ -1,5 +1,5 @@
 """Rollouts and trajectory trees of the runs a user (or share link) can see; tree nodes
-by parent (lazy loading), search within a tree and the path to a node."""
+by parent (lazy loading), search within a tree, the path to a node and a node's tokens."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rest_framework.response import Response
 
 from gyre_web.access import IdCursorPagination, share_link_of
 from gyre_web.runs.selectors import runs_visible
-from gyre_web.trajectories import selectors
+from gyre_web.trajectories import node_tokens, selectors
 from gyre_web.trajectories.models import Rollout, Tree, TreeNode
 
 
@@ -45,6 +45,26 @@ class TreeNodeSerializer(serializers.ModelSerializer):
             "id", "parent", "kind", "depth", "path_key", "token_start", "token_end",
             "trainable", "preview", "advantage", "leaves",
         ]  # fmt: skip
+
+
+class NodeTokensSerializer(serializers.Serializer):
+    """One node's tokens as parallel lists (``pieces`` is null without a tokenizer; the
+    per-token ``logprobs``, ``versions`` and ``advantages`` are null where not generated)."""
+
+    node = serializers.IntegerField()
+    token_start = serializers.IntegerField()
+    token_end = serializers.IntegerField()
+    advantage = serializers.FloatField(allow_null=True)
+    payload = serializers.BooleanField(help_text="false: no readable payload file holds it")
+    decoded = serializers.BooleanField(help_text="true: the run's tokenizer gave the text")
+    truncated = serializers.BooleanField()
+    text = serializers.CharField(allow_null=True)
+    ids = serializers.ListField(child=serializers.IntegerField())
+    pieces = serializers.ListField(child=serializers.CharField(), allow_null=True)
+    generated = serializers.ListField(child=serializers.BooleanField())
+    logprobs = serializers.ListField(child=serializers.FloatField(allow_null=True))
+    versions = serializers.ListField(child=serializers.IntegerField(allow_null=True))
+    advantages = serializers.ListField(child=serializers.FloatField(allow_null=True))
 
 
 class NodePagination(IdCursorPagination):
@@ -99,3 +119,12 @@ class TreeViewSet(viewsets.ReadOnlyModelViewSet):
         tree = self.get_object()
         node = get_object_or_404(TreeNode, tree=tree, pk=int(node_id))
         return Response(TreeNodeSerializer(selectors.path_to(node=node), many=True).data)
+
+    @action(detail=True, methods=["get"], url_path=r"nodes/(?P<node_id>\d+)/tokens",
+            serializer_class=NodeTokensSerializer, pagination_class=None)  # fmt: skip
+    def node_tokens(self, request: Request, pk: str | None = None, node_id: str = "") -> Response:
+        """One node's tokens from the tree's payload file: ids, text, and per token whether
+        it was generated, its log-probability, policy version and advantage."""
+        tree = self.get_object()
+        node = get_object_or_404(TreeNode, tree=tree, pk=int(node_id))
+        return Response(node_tokens.read_node_tokens(tree=tree, node=node))

@@ -1,0 +1,116 @@
+"""Learning on CPU: ``gyre run`` on the learning demo under each policy (and the binary-reward
+ablation), then the held-out benchmark re-scored at checkpoints along the way.
+
+For each run it prints the per-step curve of training progress (mean progress of the step's
+rollouts), the benchmark at every ``--every``-th checkpoint (greedy, the run's own benchmark
+tasks, scored in this process from the saved weights), before/after, and wall times.
+
+    python benchmarks/learning_bench.py [--runs elastic,colocate,async,elastic-binary]
+        [--steps 48] [--every 8] [--out .data/bench/learning.json]
+
+A run name is ``<policy>`` or ``<policy>-binary`` (``rollout.reward: binary``); every run
+reads ``configs/learn-<policy>.yaml``. ``gyre run`` runs in a child process (its own Ray).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_one(name: str, steps: int | None, out_dir: Path) -> tuple[dict[str, Any], Path, Path]:
+    policy, _, variant = name.partition("-")
+    data = yaml.safe_load((ROOT / "configs" / f"learn-{policy}.yaml").read_text())
+    data["name"] = f"learn-{name}"
+    if steps:
+        data["steps"] = steps
+    if variant == "binary":
+        data.setdefault("rollout", {})["reward"] = "binary"
+    elif variant:
+        raise SystemExit(f"unknown run variant {variant!r} in {name!r}")
+    work = out_dir / name
+    work.mkdir(parents=True, exist_ok=True)
+    cfg_path = work / "config.yaml"
+    cfg_path.write_text(yaml.safe_dump(data, sort_keys=False))
+    cmd = [sys.executable, "-m", "gyre_core.cli.main", "run", str(cfg_path), "--json",
+           "--workdir", str(work / "run")]  # fmt: skip
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    (work / "stderr.log").write_text(proc.stderr)
+    if proc.returncode != 0:
+        raise SystemExit(f"{name}: gyre run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    summary: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    summary["process_wall_s"] = round(time.perf_counter() - t0, 1)
+    return summary, cfg_path, work / "run"
+
+
+def bench_curve(cfg_path: Path, workdir: Path, every: int) -> dict[int, float]:
+    """The run's benchmark, re-scored from its checkpoints at versions every, 2*every, ..."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from gyre_core.config import load_config
+    from gyre_core.events import NullSink
+    from gyre_core.rollout.router import Router
+    from gyre_core.rollout.torch_engine import TorchEngine
+    from gyre_core.runtime.session import SessionFactory, make_model_dir
+
+    cfg = load_config(cfg_path)
+    model_dir = make_model_dir(cfg, workdir)
+    factory = SessionFactory(cfg, model_dir, NullSink(), lambda: 0.0)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    curve = {}
+    for ck in sorted((workdir / "checkpoints").glob("step-*")):
+        version = int(ck.name.split("-")[1])
+        if version % every:
+            continue
+        model.load_state_dict(load_file(str(ck / "model.safetensors")))
+        router = Router({"local": TorchEngine(model)})
+        curve[version] = asyncio.run(factory.benchmark(router, version))
+    return curve
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", default="elastic,colocate,async,elastic-binary")
+    ap.add_argument("--steps", type=int, default=0, help="override the configs' steps (0: keep)")
+    ap.add_argument("--every", type=int, default=8, help="re-score the benchmark every k steps")
+    ap.add_argument("--out", default=str(ROOT / ".data" / "bench" / "learning.json"))
+    args = ap.parse_args()
+    out_dir = Path(args.out).parent / "learning"
+    print(f"loadavg at start: {Path('/proc/loadavg').read_text().strip()}", flush=True)
+    rows = []
+    for name in args.runs.split(","):
+        s, cfg_path, work = run_one(name, args.steps or None, out_dir)
+        curve = bench_curve(cfg_path, work, args.every) if args.every else {}
+        s["name"], s["benchmark_curve"] = name, curve
+        rows.append(s)
+        prog = " ".join(f"{p:.2f}" for p in s.get("progress_by_step", []))
+        bench = " ".join(f"{v}:{b:.3f}" for v, b in curve.items())
+        print(
+            f"{name:15} benchmark {s['benchmark_before']:.3f} -> {s['benchmark_after']:.3f} "
+            f"(gain {s['benchmark_after'] - s['benchmark_before']:+.3f})  steps {s['steps']}  "
+            f"warm start {s.get('warm_start_s', 0.0):.0f} s  RL {s.get('rl_wall_s', 0.0):.0f} s  "
+            f"wall {s['wall_s']:.0f} s\n  train progress by step: {prog}\n"
+            f"  benchmark by version: {bench}\n  loadavg: "
+            f"{Path('/proc/loadavg').read_text().strip()}",
+            flush=True,
+        )
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,420 @@
+"""Calibration: a finished real run measures its own costs and workload for the simulator.
+
+At the end of every real run (``backend: real``) the runtime writes three files into its
+work folder:
+
+* ``costs.json`` — a :class:`~gyre_core.sim.costs.CostModel` table fitted to what the run
+  measured (``gyre sim run --costs`` and ``CostModel.load`` read it);
+* ``workload.jsonl`` — the run's own rollouts as a simulator trace (one rollout a line,
+  ``docs/sim-workloads.md``), in the order the run admitted them;
+* ``calibration.json`` — the measurements behind the table, the run's policy, and the
+  wall time the simulator's makespan is compared with (``gyre sim predict WORKDIR``).
+
+What is measured, and how each cost is derived (``docs/sim-costs.md``, "Calibration"):
+
+* **Calls.** :class:`TimedRouter` times every LLM call the sessions make (router to
+  completion: engine choice, the Ray round trip, waiting for a batch slot, prefill and
+  decode) and notes its engine. A call's *concurrency* is the time-weighted mean number
+  of calls on its engine while it ran (itself included). The simulator charges a call of
+  ``c`` completion tokens and ``k`` newly appended prompt tokens on a unit shared by ``n``
+  ``c (n + half) / peak + k n / prefill`` seconds; that is linear in ``1/peak``,
+  ``half/peak`` and ``1/prefill``, fitted by non-negative least squares over the calls.
+  ``k`` is the trace's ``prompt_tokens`` (what a prefix-cached engine prefills); the torch
+  engine re-prefills the whole context, and the fitted ``prefill_tok_s`` is the rate of
+  *appended* tokens that accounts for that, plus every fixed per-call cost.
+* **Training.** Each step's span (start of the step to the end of its bookkeeping and
+  checkpoint, which the next step waits for) and its compute time (``train_s``: packing,
+  gradients on the replicas, the optimizer step). ``train_tok_s`` = the batch's tokens as
+  the simulator counts them (prompts + completions + compaction summaries of each rollout)
+  over ``train_s`` times the units training; ``step_overhead_s`` = the mean span beyond
+  ``train_s`` (weight publication, trees, payload file, checkpoint).
+* **Switches and sync.** ``switch_s`` is the mean measured role switch (drain wait
+  included), ``weight_sync_s`` the mean publication of a version to the engines.
+* **Tool time.** A turn's ``tool_s`` is the time between its call's end and the next
+  call's start: environment step, harness, tokenisation — all the session's time off the
+  engines.
+* From the config: units (``gpus``, one per unit), the rollouts per step, the group size,
+  the staleness bound, the drain deadline, the engines' sequence cap and the router's
+  affinity slack (``balance_abs``; the router has no relative threshold: ``balance_rel``
+  1).
+
+The compared wall time (``actual_s``) is the control loop's: from its start (engines up,
+initial switches and the first benchmark done) to the end of the last step; model build,
+Ray start, warm start and both benchmarks are outside it, as they are outside the
+simulator's makespan.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from itertools import combinations
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gyre_core.config import RunConfig
+from gyre_core.rollout.engine import Completion, SamplingParams
+from gyre_core.rollout.router import Router
+from gyre_core.sim.costs import CostModel
+from gyre_core.sim.workload import TraceRollout, Turn, write_trace
+from gyre_core.trajectory.format import Rollout, read_rollouts
+
+if TYPE_CHECKING:
+    from gyre_core.runtime.loop import Loop
+
+COSTS, WORKLOAD, REPORT = "costs.json", "workload.jsonl", "calibration.json"
+# When the fit finds no cost growing with the batch (or none for prefill), the table needs a
+# finite stand-in: a half-saturation far above any batch (per-sequence rate flat in n), and
+# a prefill rate at which prompts cost nothing measurable.
+HALF_CAP = 10_000.0
+PREFILL_CAP = 1e9
+NO_TIMEOUT_S = 86_400.0  # rollout.time_budget_s 0 (no limit): a day stands in
+_ROLLOUT_ID = re.compile(r"r(\d+)")
+
+
+class CalibrationError(ValueError):
+    """The run recorded too little to fit a cost table."""
+
+
+# --------------------------------------------------------------------------- recording
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    request_id: str  # ``<rollout_id>/<call_id>``, as the harness names it
+    engine: str  # the engine that finished it
+    t0: float  # seconds on the run's clock
+    t1: float
+    prompt_tokens: int  # the full prompt
+    completion_tokens: int
+
+
+class TimedRouter(Router):
+    """A :class:`Router` that times every call it completes (see the module docstring)."""
+
+    def __init__(self, *args: Any, clock: Callable[[], float] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.records: list[CallRecord] = []
+        # record times on the run's clock (``clock``), at perf_counter precision
+        self.origin = time.perf_counter() - (clock() if clock is not None else 0.0)
+
+    async def generate(
+        self, session_id: str, prompt_ids: list[int], params: SamplingParams, *, request_id: str
+    ) -> Completion:
+        t0 = time.perf_counter() - self.origin
+        out = await super().generate(session_id, prompt_ids, params, request_id=request_id)
+        engine = self.session_engine(session_id) or ""
+        t1 = time.perf_counter() - self.origin
+        self.records.append(
+            CallRecord(request_id, engine, t0, t1, len(prompt_ids), len(out.token_ids))
+        )
+        return out
+
+
+# --------------------------------------------------------------------------- fitting
+
+
+@dataclass(frozen=True, slots=True)
+class CallSample:
+    seconds: float
+    completion: int  # tokens generated
+    fresh: int  # prompt tokens appended since the session's previous call
+    concurrency: float  # mean calls on its engine while it ran, itself included
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeFit:
+    decode_peak_tok_s: float
+    decode_half: float
+    prefill_tok_s: float
+    calls: int
+    rmse_s: float  # root mean square error of the fitted call times
+    mean_s: float  # mean measured call time
+
+
+def concurrency(records: list[CallRecord]) -> list[float]:
+    """Each call's time-weighted mean number of calls on its engine (itself included): the
+    integral of the engine's call count over the call's life, by a sweep over the starts
+    and ends (``O(n log n)``: a long run logs many calls)."""
+    out = [1.0] * len(records)
+    by_engine: dict[str, list[int]] = {}
+    for i, r in enumerate(records):
+        by_engine.setdefault(r.engine, []).append(i)
+    for idx in by_engine.values():
+        t0 = np.array([records[i].t0 for i in idx])
+        t1 = np.array([records[i].t1 for i in idx])
+        times = np.concatenate([t0, t1])
+        steps = np.concatenate([np.ones(len(idx)), -np.ones(len(idx))])
+        order = np.argsort(times, kind="stable")
+        times, steps = times[order], steps[order]
+        count = np.cumsum(steps)[:-1]  # calls in flight between consecutive breakpoints
+        area = np.concatenate([[0.0], np.cumsum(count * np.diff(times))])  # integral so far
+        a = area[np.searchsorted(times, t0)]
+        b = area[np.searchsorted(times, t1)]
+        for j, i in enumerate(idx):
+            span = t1[j] - t0[j]
+            out[i] = float((b[j] - a[j]) / span) if span > 0 else 1.0
+    return out
+
+
+def fit_calls(samples: list[CallSample]) -> DecodeFit:
+    """Fit ``seconds = c n / peak + c half / peak + k n / prefill`` by non-negative least
+    squares: the least-squares solution on every subset of the three terms, the best one
+    whose coefficients are all positive (for three unknowns that is the exact NNLS)."""
+    if len(samples) < 3:
+        raise CalibrationError(f"{len(samples)} timed call(s): need at least 3 to fit decode")
+    y = np.array([s.seconds for s in samples])
+    n = np.array([s.concurrency for s in samples])
+    c = np.array([float(s.completion) for s in samples])
+    k = np.array([float(s.fresh) for s in samples])
+    x = np.stack([c * n, c, k * n], axis=1)
+    best: tuple[float, np.ndarray] | None = None
+    for size in (3, 2, 1):
+        for cols in combinations(range(3), size):
+            if 0 not in cols and 1 not in cols:
+                continue  # decode must cost something
+            coef, *_ = np.linalg.lstsq(x[:, cols], y, rcond=None)
+            if np.any(coef <= 0):
+                continue
+            full = np.zeros(3)
+            full[list(cols)] = coef
+            sse = float(((x @ full - y) ** 2).sum())
+            if best is None or sse < best[0]:
+                best = (sse, full)
+    if best is None:
+        raise CalibrationError("no positive decode cost fits the timed calls")
+    sse, (u, v, w) = best
+    if u > 0:
+        peak, half = 1.0 / u, v / u
+    else:  # the per-sequence rate does not fall with the batch: 1/v at any n
+        half = HALF_CAP
+        peak = half / v
+    prefill = 1.0 / w if w > 0 else PREFILL_CAP
+    return DecodeFit(round(peak, 3), round(half, 4), round(prefill, 3), len(samples),
+                     round(math.sqrt(sse / len(samples)), 4), round(float(y.mean()), 4))  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class StepSample:
+    start: float  # run clock
+    end: float  # after bookkeeping and checkpoint: when the next step may start
+    train_s: float  # packing + gradients + optimizer
+    units: int  # units in the train role that computed it
+    tokens: int  # the batch's tokens as the simulator counts them
+
+
+def fit_training(steps: list[StepSample]) -> tuple[float, float]:
+    """``(train_tok_s per unit, step_overhead_s)`` from the measured steps."""
+    if not steps:
+        raise CalibrationError("no training step recorded")
+    unit_s = sum(s.train_s * max(s.units, 1) for s in steps)
+    tokens = sum(s.tokens for s in steps)
+    if unit_s <= 0 or tokens <= 0:
+        raise CalibrationError("training steps recorded no time or no tokens")
+    overhead = sum(max(0.0, s.end - s.start - s.train_s) for s in steps) / len(steps)
+    return tokens / unit_s, overhead
+
+
+# --------------------------------------------------------------------------- the workload
+
+
+def rollout_turns(rollout: Rollout, records: dict[str, CallRecord]) -> tuple[Turn, ...]:
+    """A rollout's calls as simulator turns: appended prompt tokens, completion tokens,
+    tool time until the next call; a call that does not extend the previous one (after a
+    compaction or a retry's restore) marks a ``compact_to`` on the turn before it."""
+    raw: list[list[Any]] = []  # [prompt, completion, tool_s, compact_to]
+    context = 0
+    prev = None
+    for call in rollout.calls:
+        full = call.prompt_len
+        if prev is None:
+            prompt = full
+        elif (
+            call.prefix is not None
+            and call.prefix.call_id == prev
+            and call.prefix.tokens == context
+        ):
+            prompt = len(call.prompt_ids)
+        else:
+            keep = call.prefix.tokens if call.prefix is not None else 1
+            keep = min(max(keep, 1), context)
+            raw[-1][3] = keep
+            context = keep
+            prompt = max(0, full - keep)
+        completion = max(1, len(call.completion_ids))
+        raw.append([max(prompt, 1 if prev is None else 0), completion, 0.0, None])
+        context += raw[-1][0] + completion
+        prev = call.call_id
+    for i in range(len(raw) - 1):
+        a = records.get(f"{rollout.rollout_id}/{rollout.calls[i].call_id}")
+        b = records.get(f"{rollout.rollout_id}/{rollout.calls[i + 1].call_id}")
+        if a is not None and b is not None:
+            raw[i][2] = round(max(0.0, b.t0 - a.t1), 6)
+    return tuple(Turn(int(p), int(c), float(t), k) for p, c, t, k in raw)
+
+
+def sim_tokens(turns: tuple[Turn, ...]) -> int:
+    """The tokens the simulator trains for a rollout (its tree: prompts, completions,
+    compaction summaries)."""
+    return sum(t.prompt_tokens + t.completion_tokens + (t.compact_to or 0) for t in turns)
+
+
+def _index(rollout_id: str) -> int:
+    m = _ROLLOUT_ID.fullmatch(rollout_id)
+    return int(m.group(1)) if m else -1
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def write_calibration(workdir: Path, cfg: RunConfig, loop: Loop, router: TimedRouter,
+                      loop_start: float) -> dict[str, Any]:  # fmt: skip
+    """Fit and write ``costs.json``, ``workload.jsonl`` and ``calibration.json``. A run that
+    recorded too little to fit (no step, too few calls) writes only ``calibration.json``
+    with the reason under ``error``."""
+    try:
+        return _calibrate(workdir, cfg, loop, router, loop_start)
+    except CalibrationError as exc:
+        report = {"policy": cfg.policy, "error": str(exc)}
+        (workdir / REPORT).write_text(json.dumps(report, indent=2) + "\n")
+        return report
+
+
+def _calibrate(workdir: Path, cfg: RunConfig, loop: Loop, router: TimedRouter,
+               loop_start: float) -> dict[str, Any]:  # fmt: skip
+    from gyre_core.runtime.loop import MAX_SEQS
+    from gyre_core.scheduler.policies import Async
+
+    steps_files = sorted((workdir / "rollouts").glob("step-*.jsonl"))
+    batches = [list(read_rollouts(p)) for p in steps_files]
+    spans = loop.counters.step_spans
+    batches = batches[len(batches) - len(spans) :] if spans else []
+    # the training rollouts' calls (not the benchmark's): ``r<index>/<call>``
+    records = {r.request_id: r for r in router.records if _index(r.request_id.split("/")[0]) >= 0}
+    timeout_s = cfg.rollout.time_budget_s or NO_TIMEOUT_S
+    trace: list[TraceRollout] = []
+    tokens_by_step: list[int] = []
+    fresh: dict[str, int] = {}  # request id -> the call's appended prompt tokens
+    for batch in batches:
+        total = 0
+        for r in batch:
+            turns = rollout_turns(r, records)
+            total += sim_tokens(turns)
+            trace.append(TraceRollout(r.rollout_id, r.task_id, r.group_id, turns, timeout_s))
+            for call, turn in zip(r.calls, turns, strict=True):
+                fresh[f"{r.rollout_id}/{call.call_id}"] = turn.prompt_tokens
+        tokens_by_step.append(total)
+    trace.sort(key=lambda tr: (_index(tr.rollout_id), tr.rollout_id))  # admission order
+    steps = [StepSample(a, b, ts, u, tok) for (a, b, u), ts, tok
+             in zip(spans, loop.counters.train_s, tokens_by_step, strict=False)]  # fmt: skip
+    train_tok_s, overhead = fit_training(steps)
+
+    timed = [r for r in router.records if r.request_id in fresh]
+    conc = concurrency(timed)
+    samples = [CallSample(r.t1 - r.t0, r.completion_tokens, fresh[r.request_id], n)
+               for r, n in zip(timed, conc, strict=True)]  # fmt: skip
+    decode = fit_calls(samples)
+
+    c = loop.counters
+    per_step = cfg.rollout.tasks_per_step * cfg.rollout.group_size
+    costs = CostModel(
+        gpus=cfg.cluster.units, gpus_per_unit=1, gpus_per_node=1,
+        decode_peak_tok_s=decode.decode_peak_tok_s, decode_half=decode.decode_half,
+        max_seqs_per_unit=MAX_SEQS, prefill_tok_s=decode.prefill_tok_s,
+        train_tok_s=round(train_tok_s, 3),
+        switch_s=round(_mean(c.switch_s), 4), weight_sync_s=round(_mean(c.weight_sync_s), 4),
+        drain_s=cfg.scheduler.drain_deadline_s, rollouts_per_step=per_step,
+        group_size=cfg.rollout.group_size, staleness=cfg.scheduler.staleness_bound,
+        step_overhead_s=round(overhead, 4), balance_abs=router.affinity_slack, balance_rel=1.0,
+    )  # fmt: skip
+    (workdir / COSTS).write_text(json.dumps(costs.to_json(), indent=2) + "\n")
+    write_trace(workdir / WORKLOAD, trace)
+    report = {
+        "policy": cfg.policy,
+        "split": (
+            f"{loop.policy.rollout_units}:{loop.policy.train_units}"
+            if isinstance(loop.policy, Async)
+            else None
+        ),
+        "switch_mode": cfg.scheduler.switch_mode,
+        "actual_s": round(spans[-1][1] - loop_start, 3),
+        "compared": "control loop start (engines up, initial roles taken, benchmark done) "
+        "to the end of the last step (its weight publication, bookkeeping and checkpoint)",
+        "loop_start_s": loop_start,
+        "steps": [asdict(s) for s in steps],
+        "decode_fit": asdict(decode),
+        "switch_s": [round(x, 4) for x in c.switch_s],
+        "weight_sync_s": [round(x, 4) for x in c.weight_sync_s],
+        "tool_s_mean": round(_mean([t.tool_s for tr in trace for t in tr.turns[:-1]]), 5),
+        "rollouts": _rollout_spans(trace, records),
+        "costs": costs.to_json(),
+    }
+    (workdir / REPORT).write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def _rollout_spans(trace: list[TraceRollout], records: dict[str, CallRecord]) -> list[Any]:
+    """Per rollout, on the run clock: its first call's start, its last call's end, and the
+    seconds its calls took together (for reading a run against its simulation)."""
+    by_rollout: dict[str, list[CallRecord]] = {}
+    for r in records.values():
+        by_rollout.setdefault(r.request_id.split("/")[0], []).append(r)
+    out: list[Any] = []
+    for tr in trace:
+        if recs := by_rollout.get(tr.rollout_id):
+            first, last = min(r.t0 for r in recs), max(r.t1 for r in recs)
+            busy = sum(r.t1 - r.t0 for r in recs)
+            out.append([tr.rollout_id, round(first, 3), round(last, 3), round(busy, 3)])
+    return out
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+# --------------------------------------------------------------------------- prediction
+
+
+def predict(workdir: Path, *, policy: str | None = None) -> dict[str, Any]:
+    """Simulate the run's policy (or ``policy``) on its own cost table and workload; the
+    predicted makespan against the run's measured loop time."""
+    from gyre_core.scheduler.policies import make_policy
+    from gyre_core.sim.simulator import Simulator
+    from gyre_core.sim.workload import read_trace
+
+    def need(name: str) -> Path:
+        if not (workdir / name).exists():
+            raise CalibrationError(f"{workdir / name}: missing (a real run writes it at its end)")
+        return workdir / name
+
+    report = json.loads(need(REPORT).read_text())
+    if "error" in report:
+        raise CalibrationError(f"{workdir}: the run was not calibrated: {report['error']}")
+    costs = CostModel.load(need(COSTS))
+    trace = read_trace(need(WORKLOAD))
+    name = policy or str(report["policy"])
+    split = None
+    if name == "async" and report.get("split"):
+        r, t = (int(x) for x in str(report["split"]).split(":"))
+        split = (r, t)
+    sim = Simulator(trace, costs, make_policy(name, costs.units, split),
+                    mode=str(report.get("switch_mode", "migrate"))).run()  # fmt: skip
+    predicted = float(sim["makespan_s"])
+    actual = float(report["actual_s"])
+    return {
+        "policy": name,
+        "predicted_s": round(predicted, 3),
+        "actual_s": actual,
+        "error": round((predicted - actual) / actual, 4) if actual > 0 else None,
+        "compared": report.get("compared", ""),
+        "steps": sim["steps"],
+        "rollouts": sim["rollouts"],
+        "role_switches_predicted": sim["role_switches"],
+        "costs": costs.to_json(),
+    }

@@ -1,0 +1,180 @@
+"""A live run's payload files: ``rollouts_written`` through the worker's sink makes the
+rows an import makes (rollouts, trees, nodes, ``payload_path``), idempotently, and the
+per-token endpoint reads the node's tokens back from the platform's copy of the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from django.conf import settings
+from gyre_web.runs import services
+from gyre_web.teams import services as teams
+from gyre_web.trajectories.models import Rollout, Tree, TreeNode
+
+from gyre_core import events as ev
+from gyre_core.models.tokenizer import train_tokenizer
+from gyre_core.trajectory.format import Call
+from gyre_core.trajectory.format import Rollout as CoreRollout
+from gyre_core.trajectory.writer import write_rollouts
+from workers.sink import DbSink
+
+pytestmark = pytest.mark.django_db
+TEXTS = ["def main():\n    return fix(bug)\n", "assert tests pass\n", "run the tool: pytest -q\n"]
+
+
+@pytest.fixture
+def tokenizer(tmp_path):
+    tok = train_tokenizer(TEXTS * 20, vocab_size=300)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    tok.save(str(folder / "tokenizer.json"))
+    return tok, folder
+
+
+@pytest.fixture
+def run(people, tokenizer):
+    exp = services.create_experiment(team=people["team"], name="payloads")
+    config = {"backend": "real", "steps": 2, "model": {"checkpoint": str(tokenizer[1])}}
+    return services.create_run(experiment=exp, config=config, launch=False)
+
+
+def _ids(tok, text: str) -> np.ndarray:
+    return np.asarray(tok.encode(text).ids, dtype=np.int64)
+
+
+def _rollout(rid: str, group: str, prompt, completion, version: int, progress: float):
+    n = len(completion)
+    logprobs = -np.linspace(0.1, 2.0, n) - 0.01 * int(rid[1:])  # distinct per rollout
+    call = Call(f"{rid}-c0", prompt, completion, logprobs, np.full(n, version, dtype=np.int64))
+    return CoreRollout(rid, "task-0", "completed", progress, [call], group)
+
+
+def _step_events(rollouts, step: int, path: Path) -> list[ev.Event]:
+    out: list[ev.Event] = []
+    for r in rollouts:
+        out.append(ev.RolloutStarted(t=0.0, rollout_id=r.rollout_id, task_id=r.task_id,
+                                     group_id=r.group_id, step=step - 1))  # fmt: skip
+        out.append(ev.RolloutFinished(t=1.0, rollout_id=r.rollout_id, status="completed",
+                                      progress=r.progress, reward=r.progress, turns=1,
+                                      tokens=len(r.calls[0].completion_ids),
+                                      versions=(step - 1, step - 1)))  # fmt: skip
+    groups = list(dict.fromkeys(r.group_id for r in rollouts))
+    for g in groups:
+        out.append(ev.TreeReady(t=2.0, group_id=g, rollouts=1, tokens_unique=1,
+                                tokens_per_call=1, nodes=1))  # fmt: skip
+    out.append(ev.RolloutsWritten(t=2.0, step=step, path=str(path), rollouts=len(rollouts),
+                                  groups=groups))  # fmt: skip
+    return out
+
+
+def _deliver(run_id: int, events: list[ev.Event]) -> None:
+    sink = DbSink(run_id)
+    for e in events:
+        sink.emit(e)
+    sink.flush()
+
+
+def test_rollouts_written_imports_the_payload_once_and_serves_tokens(
+    run, people, client_for, tokenizer, tmp_path
+):
+    tok, _ = tokenizer
+    prompt = _ids(tok, "def main():\n    return fix(bug)\n")
+    r0 = _rollout("r0", "g0", prompt, _ids(tok, "assert tests pass\n"), 0, 1.0)
+    r1 = _rollout("r1", "g0", prompt, _ids(tok, "run the tool: pytest -q\n"), 0, 0.0)
+    r2 = _rollout("r2", "g1", prompt, _ids(tok, "pytest -q\n"), 0, 0.5)
+    workdir = tmp_path / "work" / "rollouts"
+    workdir.mkdir(parents=True)
+    step1 = workdir / "step-00001.jsonl"
+    write_rollouts(step1, [r0, r1, r2])
+    events = _step_events([r0, r1, r2], 1, step1)
+    _deliver(run.pk, events)
+
+    assert Rollout.objects.filter(run=run).count() == 3  # merged with the events' rows
+    stored = {
+        Path(p) for p in Rollout.objects.filter(run=run).values_list("payload_path", flat=True)
+    }
+    (copy,) = stored
+    assert copy.parent == Path(settings.GYRE_DATA_DIR) / "payloads" / str(run.pk)
+    assert copy.read_bytes() == step1.read_bytes()
+    tree = Tree.objects.get(run=run, group_id="g0")
+    assert (tree.rollouts, tree.nodes, tree.payload_path) == (2, 3, str(copy))
+    assert TreeNode.objects.filter(tree=tree).count() == 3
+    assert tree.tokens_unique == len(prompt) + len(r0.calls[0].completion_ids) + len(
+        r1.calls[0].completion_ids
+    )
+    before = sorted(TreeNode.objects.filter(tree=tree).values_list("pk", flat=True))
+
+    # Redelivered: same rows, nothing rebuilt.
+    _deliver(run.pk, events)
+    assert (
+        Rollout.objects.filter(run=run).count() == 3 and Tree.objects.filter(run=run).count() == 2
+    )
+    assert sorted(TreeNode.objects.filter(tree=tree).values_list("pk", flat=True)) == before
+    tree.refresh_from_db()
+    assert (tree.rollouts, tree.nodes) == (2, 3)  # tree_ready's counts do not overwrite
+
+    # The work folder goes away; the platform's copy still answers.
+    step1.unlink()
+    member = client_for(people["member"])
+    root = TreeNode.objects.get(tree=tree, depth=0)
+    body = member.get(f"/api/trees/{tree.pk}/nodes/{root.pk}/tokens/").json()
+    assert body["payload"] and body["decoded"]
+    assert body["ids"] == prompt.tolist() and not any(body["generated"])
+    assert body["logprobs"] == [None] * len(prompt) and body["advantage"] is None
+    assert body["text"] == tok.decode(prompt.tolist(), skip_special_tokens=False)
+    assert "".join(body["pieces"]).replace(" ", "") == body["text"].replace(" ", "")
+    leaves = {}
+    for node in TreeNode.objects.filter(tree=tree, depth=1):
+        got = member.get(f"/api/trees/{tree.pk}/nodes/{node.pk}/tokens/").json()
+        leaves[tuple(got["ids"])] = (node, got)
+    for r, adv in ((r0, 0.5), (r1, -0.5)):
+        call = r.calls[0]
+        node, got = leaves[tuple(call.completion_ids.tolist())]
+        assert all(got["generated"]) and node.trainable == len(call.completion_ids)
+        assert got["logprobs"] == [round(float(x), 6) for x in call.logprobs]
+        assert got["versions"] == [0] * len(call.completion_ids)
+        assert got["advantages"] == [adv] * len(call.completion_ids)
+        assert got["advantage"] == adv == node.advantage
+
+
+def test_a_group_spanning_two_steps_is_rebuilt_from_both_payloads(
+    run, people, client_for, tokenizer, tmp_path
+):
+    tok, _ = tokenizer
+    prompt = _ids(tok, "run the tool: pytest -q\n")
+    r0 = _rollout("r0", "g0", prompt, _ids(tok, "assert tests pass\n"), 0, 1.0)
+    r1 = _rollout("r1", "g0", prompt, _ids(tok, "def main():\n"), 1, 0.0)
+    one, two = tmp_path / "step-00001.jsonl", tmp_path / "step-00002.jsonl"
+    write_rollouts(one, [r0])
+    write_rollouts(two, [r1])
+    _deliver(run.pk, _step_events([r0], 1, one))
+    tree = Tree.objects.get(run=run, group_id="g0")
+    assert (tree.rollouts, tree.nodes) == (1, 1)
+    _deliver(run.pk, _step_events([r1], 2, two))
+    _deliver(run.pk, _step_events([r1], 2, two))  # redelivered
+    tree.refresh_from_db()
+    assert (tree.rollouts, tree.nodes) == (2, 3) and "/trees/" in tree.payload_path
+    assert TreeNode.objects.filter(tree=tree).count() == 3
+    paths = dict(Rollout.objects.filter(run=run).values_list("rollout_id", "payload_path"))
+    assert paths["r0"] != paths["r1"] and all(Path(p).is_file() for p in paths.values())
+    leaf = TreeNode.objects.get(tree=tree, depth=1, advantage__lt=0)
+    got = client_for(people["viewer"]).get(f"/api/trees/{tree.pk}/nodes/{leaf.pk}/tokens/").json()
+    assert got["ids"] == r1.calls[0].completion_ids.tolist() and got["versions"][0] == 1
+
+
+def test_tokens_endpoint_permissions_and_a_tree_without_payload(run, people, client_for):
+    from gyre_web.trajectories.services import create_tree
+
+    tree = create_tree(run_id=run.pk, group_id="bare", nodes=[{"id": 0, "parent": None}])
+    node = tree.tree_nodes.get()
+    url = f"/api/trees/{tree.pk}/nodes/{node.pk}/tokens/"
+    body = client_for(people["viewer"]).get(url).json()
+    assert body["payload"] is False and body["ids"] == []
+    assert client_for(people["outsider"]).get(url).status_code == 404
+    assert client_for().get(url).status_code in (401, 403)
+    _, key = teams.create_share_link(created_by=people["owner"], run=run)
+    assert client_for().get(url, HTTP_X_GYRE_SHARE=key).status_code == 200
+    other = f"/api/trees/{tree.pk}/nodes/{node.pk + 10_000}/tokens/"
+    assert client_for(people["member"]).get(other).status_code == 404

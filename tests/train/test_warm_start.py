@@ -1,0 +1,100 @@
+"""The learning demo's pieces around the trainer: the suite tokenizer, the warm start on
+fresh scripted demonstrations, and the config fields that turn them on."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from gyre_core.config import ConfigError, RunConfig
+from gyre_core.events import ListSink
+from gyre_core.runtime.session import SessionFactory, make_model_dir, tokenizer_corpus
+
+LEARN = {
+    "model": {"tokenizer": "suite", "hidden_size": 64, "layers": 1},
+    "rollout": {"hints": "status", "benchmark_split": "heldout", "tasks_per_step": 1,
+                "group_size": 2, "benchmark_tasks": 2, "max_turns": 6, "context_budget": 2048},
+    "train": {"lr": 1e-3, "warm_start_steps": 4, "warm_start_demos": 2, "warm_start_lr": 1e-2},
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    return make_model_dir(RunConfig.from_dict(LEARN), tmp_path_factory.mktemp("learn"))
+
+
+def test_suite_tokenizer_makes_suite_words_single_tokens(model_dir) -> None:  # type: ignore[no-untyped-def]
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    # words as actions spell them (a name after "/" in a path, keys and values after a
+    # space), from both vocabularies
+    for word in ("payments", " sqlite", " retries", "write", "ledger", " endpoint", " zstd"):
+        assert len(tok.encode(word, add_special_tokens=False)) == 1, word
+    assert tokenizer_corpus(RunConfig()) is None  # the generic default stays the default
+    corpus = tokenizer_corpus(RunConfig.from_dict(LEARN))
+    assert corpus is not None and any("focus: " in t for t in corpus)
+
+
+def test_warm_start_trains_on_fresh_demos_and_restores_the_rl_lr(model_dir) -> None:  # type: ignore[no-untyped-def]
+    cfg = RunConfig.from_dict({**LEARN, "model": {"checkpoint": str(model_dir)}})
+    factory = SessionFactory(cfg, model_dir, ListSink(), lambda: 0.0)
+    trainer = factory.make_trainer()
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    losses = asyncio.run(factory.warm_start(trainer))
+    assert len(losses) == 4 and losses[-1] < losses[0]
+    assert trainer.version == 0  # the warm-started weights are version 0 of the RL run
+    assert [g["lr"] for g in trainer.optimizer.param_groups] == [1e-3]
+    after = trainer.model.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert factory.warm_start_losses == losses
+
+
+def test_learning_fields_are_validated() -> None:
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_dict({"rollout": {"hints": "on", "benchmark_split": "test"},
+                             "model": {"tokenizer": "bpe"},
+                             "train": {"warm_start_demos": -1, "warm_start_lr": -1.0}})  # fmt: skip
+    paths = {p for p, _ in err.value.errors}
+    assert paths == {"rollout.hints", "rollout.benchmark_split", "model.tokenizer",
+                     "train.warm_start_demos", "train.warm_start_lr"}  # fmt: skip
+    d = RunConfig().to_dict()
+    assert (d["rollout"]["hints"], d["rollout"]["benchmark_split"]) == ("off", "benchmark")
+    assert (d["model"]["tokenizer"], d["train"]["warm_start_demos"]) == ("generic", 0)
+
+
+def test_session_reward_follows_the_configured_kind(model_dir) -> None:  # type: ignore[no-untyped-def]
+    from transformers import AutoModelForCausalLM
+
+    from gyre_core.rollout.router import Router
+    from gyre_core.rollout.torch_engine import TorchEngine
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    rewards = {}
+    for kind in ("progress", "partial", "binary"):
+        d = {**LEARN, "model": {"checkpoint": str(model_dir)}}
+        d["rollout"] = {**LEARN["rollout"], "reward": kind, "max_turns": 3}  # type: ignore[dict-item]
+        factory = SessionFactory(RunConfig.from_dict(d), model_dir, ListSink(), lambda: 0.0)
+
+        async def one(f: SessionFactory = factory) -> object:
+            return await f.session(0, Router({"e": TorchEngine(model)}), None)  # type: ignore[arg-type]
+
+        r = asyncio.run(one())
+        rewards[kind] = (r.reward, r.progress)  # type: ignore[attr-defined]
+    assert rewards["progress"][0] == rewards["progress"][1]
+    assert 0.0 <= rewards["partial"][0] <= 1.0 and rewards["binary"][0] in (0.0, 1.0)
+    assert rewards["binary"][0] == float(rewards["binary"][1] >= 1.0)
+
+
+def test_tied_embeddings_share_one_matrix(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from transformers import AutoModelForCausalLM
+
+    cfg = RunConfig.from_dict({"model": {"tie_embeddings": True, "layers": 1}})
+    out = make_model_dir(cfg, tmp_path)
+    model = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    untied = make_model_dir(RunConfig.from_dict({"model": {"layers": 1}}), tmp_path / "u")
+    m2 = AutoModelForCausalLM.from_pretrained(str(untied), dtype=torch.float32)
+    assert m2.lm_head.weight.data_ptr() != m2.model.embed_tokens.weight.data_ptr()
