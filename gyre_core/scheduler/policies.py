@@ -99,8 +99,9 @@ class Elastic:
     min_train: int = 0
     return_below: float = 0.5
     # Engines are sized for 40 % of their sequence cap, so decode stays fast (about 50
-    # tok/s a sequence at the default costs, against 40 at the cap). Swept over 0.4, 0.5,
-    # 0.75 and 1 on the benchmark workloads (docs/sim-results.md): 0.4 was best.
+    # tok/s a sequence at the default costs, against 40 at the cap). 0.4 beat 0.5 on the
+    # benchmark workloads with these rules (docs/sim-results.md); 0.75 and 1, tried with
+    # earlier versions of the rules, were worse than 0.5.
     fill: float = 0.4
     train_share: float = 0.5
     start_split: bool = True
