@@ -56,8 +56,10 @@ def test_sign_in_refuses_a_wrong_password_then_shows_the_runs(page, server):
     page.fill("input[name=password]", "not-the-password")
     page.click("button[type=submit]")
     page.wait_for_selector("text=wrong username or password")
+    assert page.locator("nav >> text=Runs").count() == 0  # still signed out
     login(page, server, "demo", "demo-pass")
     page.wait_for_selector("[data-testid=runs-table]")
+    assert page.locator("text=wrong username or password").count() == 0
     shot(page, "runs")
 
 

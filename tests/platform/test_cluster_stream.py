@@ -115,7 +115,8 @@ async def _collect(comm: WebsocketCommunicator, upto: int) -> list[tuple[int, st
     return got
 
 
-async def _replay_then_live(setup) -> None:
+async def _replay_then_live(setup) -> list[list[tuple[int, str]]]:
+    """The (seq, kind) lists received: the replay after seq 2, then the live ones."""
     run = setup["runs"][0].pk
     g0, g1, _ = setup["gpus"]
     lease, release = sync_to_async(cluster.lease_gpus), sync_to_async(cluster.release_gpus)
@@ -126,28 +127,32 @@ async def _replay_then_live(setup) -> None:
     await comm.send_json_to({"type": "subscribe", "stream": "cluster", "after": 2})
     assert await comm.receive_json_from(timeout=5) == {
         "type": "subscribed", "stream": "cluster", "after": 2}  # fmt: skip
-    assert await _collect(comm, 4) == [(3, GPU_LEASE), (4, GPU_LEASE)]
+    replayed = await _collect(comm, 4)
     await lease(run_id=run, unit_index=0, gpus=[g0, g1])  # seq 5, while subscribed
     await sync_to_async(cluster.sync_inventory)(nodes=[_rec("cc" * 28, "gpu-c")])  # seq 6
-    assert await _collect(comm, 6) == [(5, GPU_LEASE), (6, NODE_STATUS)]
+    live = await _collect(comm, 6)
     await comm.send_json_to({"type": "unsubscribe", "stream": "cluster"})
     assert await comm.receive_nothing(timeout=0.3)  # and the unsubscribe has been handled
     await release(run_id=run)  # seq 7: not sent any more
     assert await comm.receive_nothing(timeout=0.5)
     await comm.disconnect()
+    return [replayed, live]
+
+
+EXPECTED = [[(3, GPU_LEASE), (4, GPU_LEASE)], [(5, GPU_LEASE), (6, NODE_STATUS)]]
 
 
 @pytest.mark.asyncio
 async def test_replay_then_live_woken_by_the_redis_channel_layer(setup, settings):
     settings.GYRE_EVENT_POLL_SECONDS = 60  # longer than the receive timeout: the wake-up counts
-    await _replay_then_live(setup)
+    assert await _replay_then_live(setup) == EXPECTED
 
 
 @pytest.mark.asyncio
 async def test_replay_then_live_by_polling_without_a_channel_layer(setup, settings):
     settings.CHANNEL_LAYERS = {}
     settings.GYRE_EVENT_POLL_SECONDS = 0.05
-    await _replay_then_live(setup)
+    assert await _replay_then_live(setup) == EXPECTED
 
 
 @pytest.mark.asyncio

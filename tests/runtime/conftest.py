@@ -38,3 +38,30 @@ def ray_cluster() -> Iterator[None]:
     start_ray("", 4, 1, 128)
     yield
     ray.shutdown()
+
+
+class UnitKiller:
+    """An event sink that records every event and each unit's role, and kills one unit's
+    actor (``ray.kill``) at the first event of kind ``on``: the unit that ``pick`` chooses
+    from the units currently in ``role``."""
+
+    def __init__(self, on: str, role: str, pick: Any = max) -> None:
+        from gyre_core.events import ListSink
+
+        self.sink, self.on, self.role, self.pick = ListSink(), on, role, pick
+        self.roles: dict[int, str] = {}
+        self.killed: list[int] = []
+
+    @property
+    def events(self) -> list[Any]:
+        return self.sink.events
+
+    def emit(self, e: Any) -> None:
+        self.sink.emit(e)
+        if e.kind == "role_change":
+            self.roles[e.unit] = e.to_role
+        if e.kind == self.on and not self.killed:
+            unit = self.pick(u for u, r in self.roles.items() if r == self.role)
+            (name,) = [a for a in ray.util.list_named_actors() if a.endswith(f"-unit-{unit}")]
+            ray.kill(ray.get_actor(name))
+            self.killed.append(unit)

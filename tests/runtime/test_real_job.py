@@ -4,14 +4,13 @@ import json
 import threading
 
 import pytest
-import ray
 
 from gyre_core.config import RunConfig
 from gyre_core.events import ListSink
 from gyre_core.runtime import run_job
 from gyre_core.train.checkpoint import latest_checkpoint
 from gyre_core.trajectory.format import read_rollouts
-from tests.runtime.conftest import TINY_JOB
+from tests.runtime.conftest import TINY_JOB, UnitKiller
 
 pytestmark = pytest.mark.slow
 
@@ -90,25 +89,11 @@ def _data(path):
 
 
 def test_an_engine_killed_mid_run_loses_no_session(ray_cluster, model_dir, tmp_path):
-    sink = ListSink()
-    roles: dict[int, str] = {}
-    killed: list[int] = []
-
-    class Killer:
-        def emit(self, e):
-            sink.emit(e)
-            if e.kind == "role_change":
-                roles[e.unit] = e.to_role
-            if e.kind == "rollout_progress" and not killed:
-                unit = max(u for u, r in roles.items() if r == "rollout")
-                (name,) = [a for a in ray.util.list_named_actors() if a.endswith(f"-unit-{unit}")]
-                ray.kill(ray.get_actor(name))
-                killed.append(unit)
-
-    out = run_job(_cfg(model_dir), sink=Killer(), workdir=tmp_path)
-    assert out["status"] == "succeeded" and out["steps"] == 2 and killed
-    assert roles[killed[0]] == "idle", "the dead unit leaves the pool"
-    started = {e.rollout_id for e in sink.events if e.kind == "rollout_started"}
-    finished = {e.rollout_id for e in sink.events if e.kind == "rollout_finished"}
+    killer = UnitKiller(on="rollout_progress", role="rollout", pick=max)
+    out = run_job(_cfg(model_dir), sink=killer, workdir=tmp_path)
+    assert out["status"] == "succeeded" and out["steps"] == 2 and killer.killed
+    assert killer.roles[killer.killed[0]] == "idle", "the dead unit leaves the pool"
+    started = {e.rollout_id for e in killer.events if e.kind == "rollout_started"}
+    finished = {e.rollout_id for e in killer.events if e.kind == "rollout_finished"}
     assert started == finished and len(finished) == 4  # every session ran to its end
     assert out["sessions_restarted"] == 0

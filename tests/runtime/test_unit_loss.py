@@ -5,12 +5,10 @@ the replicas that are left, instead of failing the run."""
 from __future__ import annotations
 
 import pytest
-import ray
 
 from gyre_core.config import RunConfig
-from gyre_core.events import ListSink
 from gyre_core.runtime import run_job
-from tests.runtime.conftest import tiny_job
+from tests.runtime.conftest import UnitKiller, tiny_job
 
 pytestmark = pytest.mark.slow
 
@@ -22,28 +20,15 @@ def test_a_dead_training_replica_leaves_the_pool_and_the_step_runs_again(ray_clu
 
     model = make_model_dir(RunConfig.from_dict(CONFIG), tmp_path / "m")
     cfg = RunConfig.from_dict({**CONFIG, "model": {"checkpoint": str(model)}})
-    sink = ListSink()
-    roles: dict[int, str] = {}
-    killed: list[int] = []
-
-    class Killer:
-        def emit(self, e):
-            sink.emit(e)
-            if e.kind == "role_change":
-                roles[e.unit] = e.to_role
-            if e.kind == "rollout_started" and not killed:
-                unit = min(u for u, r in roles.items() if r == "train")
-                (name,) = [a for a in ray.util.list_named_actors() if a.endswith(f"-unit-{unit}")]
-                ray.kill(ray.get_actor(name))  # silently: nothing calls it until a step does
-                killed.append(unit)
-
-    out = run_job(cfg, sink=Killer(), workdir=tmp_path / "w")
-    assert out["status"] == "succeeded" and out["steps"] == 2 and killed
-    assert roles[killed[0]] == "idle", "the dead replica leaves the pool"
-    changes = [e for e in sink.events if e.kind == "role_change" and e.unit == killed[0]]
+    # silently: nothing calls a training replica until a step does
+    killer = UnitKiller(on="rollout_started", role="train", pick=min)
+    out = run_job(cfg, sink=killer, workdir=tmp_path / "w")
+    assert out["status"] == "succeeded" and out["steps"] == 2 and killer.killed
+    assert killer.roles[killer.killed[0]] == "idle", "the dead replica leaves the pool"
+    changes = [e for e in killer.events if e.kind == "role_change" and e.unit == killer.killed[0]]
     assert changes[-1].from_role == "train", "found dead by the step, not by a switch"
-    steps = [e for e in sink.events if e.kind == "step_finished"]
+    steps = [e for e in killer.events if e.kind == "step_finished"]
     assert [e.step for e in steps] == [1, 2]
-    started = {e.rollout_id for e in sink.events if e.kind == "rollout_started"}
-    finished = {e.rollout_id for e in sink.events if e.kind == "rollout_finished"}
+    started = {e.rollout_id for e in killer.events if e.kind == "rollout_started"}
+    finished = {e.rollout_id for e in killer.events if e.kind == "rollout_finished"}
     assert started == finished and len(finished) == 4 and out["sessions_restarted"] == 0
