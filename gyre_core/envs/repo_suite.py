@@ -25,11 +25,13 @@ generalisation to unseen words); ``heldout`` draws *unseen tasks* from the train
 split a small model can be scored on after a few minutes of training.
 
 ``hints=True`` (a :class:`RepoEnv` option) ends the prompt and every observation with a
-status line for the first component not yet complete -- ``focus: <path> <state>`` where
-the state is ``missing`` (no file yet), ``<key> <value>`` (the next key to write and its
-value) or ``unchecked`` (written, its check has not passed) -- the "status bar" of an
-agent UI. The agent still has to choose the tool (create, write, check, fix after a
-crashed check) and copy its arguments exactly; the component name is the path's stem.
+status line, the "status bar" of an agent UI: ``focus: <path> <state>`` for the first
+component whose file is not fully written (state ``missing``, no file yet, or ``<key>
+<value>``, the next key to write and its value) and ``untested: <name>`` for the first
+component fully written whose check has not passed, joined by `` | ``. It says what is
+left, not what to do next: the agent still chooses the tool (create, write, check, fix after
+a crashed check, submit) -- whether to check a component as soon as it is written is its
+own call -- and copies the arguments exactly.
 
 ``scripted_actions`` is an oracle agent reaching progress 1.0; ``random_actions`` is an
 untrained baseline that scores near 0.
@@ -347,20 +349,27 @@ class RepoEnv:
         return done / total
 
     def status_line(self) -> str:
-        """``focus: <path> <state>`` for the first component not yet complete ("" when all
-        are): state ``missing``, ``<key> <value>`` (the next key to write) or ``unchecked``."""
+        """The agent's status bar ("" when every component is complete): ``focus: <path>
+        <state>`` for the first component whose file is not fully written -- state
+        ``missing`` (no file yet) or ``<key> <value>`` (the next key to write and its
+        value) -- and ``untested: <name>`` for the first component fully written whose
+        check has not passed, joined by `` | ``. It says what is untested, not when to
+        check: that is the agent's call."""
+        parts = []
         for c in self.spec.components:
-            if self.hidden_check(c.name):
-                continue
             f = self._files.get(c.path)
             if f is None:
-                state = "missing"
-            elif len(f.fields) < len(c.fields):
-                state = " ".join(c.fields[len(f.fields)])
-            else:
-                state = "unchecked"
-            return f"focus: {c.path} {state}"
-        return ""
+                parts.append(f"focus: {c.path} missing")
+                break
+            if len(f.fields) < len(c.fields):
+                parts.append(f"focus: {c.path} {' '.join(c.fields[len(f.fields)])}")
+                break
+        for c in self.spec.components:
+            f = self._files.get(c.path)
+            if f is not None and len(f.fields) >= len(c.fields) and not self.hidden_check(c.name):
+                parts.append(f"untested: {c.name}")
+                break
+        return " | ".join(parts)
 
     def _with_status(self, text: str) -> str:
         line = self.status_line() if self.hints else ""

@@ -18,6 +18,7 @@ log-probabilities and versions -- so the harness logs their calls the same way.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -156,7 +157,12 @@ class ScriptedAgent:
 
     ``router``: when given, every call is scored by an engine behind it (teacher forcing:
     one forward pass over prompt + oracle text), and the logged call carries the engine's
-    logprobs, version and finish_reason ``"forced"``; ``version`` is then unused."""
+    logprobs, version and finish_reason ``"forced"``; ``version`` is then unused.
+
+    ``skip_check=q`` makes it a *hasty* demonstrator (the warm start of docs/learning.md):
+    after writing a component it moves on without its check with probability ``q``; once
+    every file is written it checks each skipped component in turn with probability
+    ``1 - q``, else submits untested work. Choices are seeded by ``seed``."""
 
     def __init__(
         self,
@@ -166,7 +172,11 @@ class ScriptedAgent:
         version: int | Callable[[], int] = 0,
         fault_at: int | None = None,
         router: Router | None = None,
+        skip_check: float = 0.0,
+        seed: int = 0,
     ) -> None:
+        if not 0.0 <= skip_check < 1.0:
+            raise ValueError(f"skip_check must be in [0, 1), got {skip_check}")
         if fault_at is not None and not 1 <= fault_at < len(env.components()):
             raise ValueError(
                 f"fault_at must name a component after the first (1..{len(env.components()) - 1}),"
@@ -177,6 +187,8 @@ class ScriptedAgent:
         self.version = version
         self.fault_at = fault_at
         self.router = router
+        self.skip_check = skip_check
+        self.seed = seed
         self._cursor: dict[str, int] = {}
         self._restores = 0
 
@@ -184,11 +196,33 @@ class ScriptedAgent:
         n = len(self.env.components())
         if agent.startswith("sub-") and component is not None:
             return self.env.oracle_actions(component)
+        if self.skip_check:
+            return self._hasty_plan(n)
         plan: list[str] = []
         for i in range(n):
             if self.fault_at == i and self._restores == 0:
                 plan += self._fault_actions(i - 1)
             plan += self.env.oracle_actions(i)
+        return plan
+
+    def _hasty_plan(self, n: int) -> list[str]:
+        rng = random.Random(f"hasty/{self.seed}")
+        plan: list[str] = []
+        skipped: list[list[str]] = []
+        for i in range(n):
+            actions = self.env.oracle_actions(i)
+            cut = next((j for j, a in enumerate(actions) if a.startswith("run_check ")), None)
+            if cut is None:
+                raise ValueError("skip_check needs a suite whose components end in run_check")
+            plan += actions[:cut]
+            if rng.random() < self.skip_check:
+                skipped.append(actions[cut:])
+            else:
+                plan += actions[cut:]
+        for checks in skipped:
+            if rng.random() < self.skip_check:
+                break
+            plan += checks
         return plan
 
     def _fault_actions(self, prev: int) -> list[str]:

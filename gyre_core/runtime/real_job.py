@@ -45,11 +45,10 @@ def run_real(
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     say = progress or (lambda _line: None)
-    if cfg.model.engine != "torch":
-        raise ValueError(
-            "model.engine: the real runtime serves rollouts with torch engines only so far; "
-            "vLLM engines are driven directly (gyre_core.rollout.vllm_engine), see docs/vllm.md"
-        )
+    if cfg.model.engine == "vllm":  # before any work: say how to build the venv if missing
+        from gyre_core.runtime.vllm_unit import check_vllm_env
+
+        check_vllm_env()
     torch.manual_seed(cfg.seed)
     model_dir = make_model_dir(cfg, workdir)
     started_ray = start_ray(cfg.cluster.ray_address, cfg.cluster.units,
@@ -95,7 +94,8 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
     slots = [
         UnitSlot(u, UnitActor.options(  # type: ignore[attr-defined]
             name=f"gyre-{tag}-unit-{u}", resources={"gpu_unit": cfg.cluster.gpus_per_unit}
-        ).remote(u, str(model_dir)), IDLE, ROLLOUT)
+        ).remote(u, str(model_dir), engine=cfg.model.engine,
+                 work_dir=str((workdir / "units").resolve())), IDLE, ROLLOUT)
         for u in range(units_n)
     ]  # fmt: skip
     nodes = await asyncio.gather(*(s.actor.node_id.remote() for s in slots))
@@ -103,7 +103,9 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
         s.node = str(node)  # where Ray placed the unit: role_change events carry it
     if trainer.version == 0 and cfg.train.warm_start_steps:
         say(f"warm start: {cfg.train.warm_start_steps} supervised steps on scripted demos")
-        await factory.warm_start(trainer)
+        losses = await factory.warm_start(trainer)
+        say(f"warm start done: {len(losses)} steps, last loss {losses[-1]:.3f}, "
+            f"{factory.warm_start_s:.0f} s" + (" (cached)" if factory.warm_start_cached else ""))  # fmt: skip
 
     def on_step(batch: list[Rollout], metrics: dict[str, Any]) -> None:
         factory.step_done(trainer, batch, metrics, loop, ckpt_root)

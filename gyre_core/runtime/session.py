@@ -19,6 +19,7 @@ from gyre_core.rollout.agents import ModelAgent, ScriptedAgent
 from gyre_core.rollout.harness import HarnessConfig, run_session
 from gyre_core.rollout.router import Router
 from gyre_core.rollout.task_env import make_env
+from gyre_core.runtime import warm_cache
 from gyre_core.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from gyre_core.train.trainer import Trainer, TrainerConfig
 from gyre_core.trajectory.format import Rollout, read_rollouts
@@ -98,6 +99,7 @@ class SessionFactory:
         self.first_rollout_at: float | None = None  # when the first session started
         self.warm_start_s = 0.0
         self.warm_start_losses: list[float] = []
+        self.warm_start_cached = ""  # the cache entry the warm start was loaded from
 
     def make_trainer(self) -> Trainer:
         model = AutoModelForCausalLM.from_pretrained(str(self.model_dir), dtype=torch.float32)
@@ -171,8 +173,20 @@ class SessionFactory:
     async def warm_start(self, trainer: Trainer) -> list[float]:
         """Supervised steps on scripted demonstrations of training tasks: each step trains
         on ``train.warm_start_demos`` fresh ones (tasks 10_000 + ..., apart from the RL
-        tasks) at ``train.warm_start_lr``. Returns the per-step losses."""
+        tasks) at ``train.warm_start_lr`` (ending early at ``train.warm_start_until_loss``),
+        played by a demonstrator that skips a share
+        ``train.warm_start_skip_check`` of its checks. With ``train.warm_start_cache`` an
+        identical earlier warm start is loaded instead (runtime/warm_cache.py; the summary
+        then names it in ``warm_start_cached``). Returns the per-step losses."""
         t = self.cfg.train
+        folder = None
+        if t.warm_start_cache:
+            folder = Path(t.warm_start_cache) / warm_cache.cache_key(self.cfg, self.model_dir)
+            meta = warm_cache.load(folder, trainer)
+            if meta is not None:
+                self.warm_start_s, self.warm_start_losses = meta["seconds"], meta["losses"]
+                self.warm_start_cached = str(folder)
+                return list(meta["losses"])
         n = t.warm_start_demos or self.cfg.rollout.tasks_per_step
         rl_lr = [g["lr"] for g in trainer.optimizer.param_groups]
         for g in trainer.optimizer.param_groups:
@@ -187,17 +201,27 @@ class SessionFactory:
                                hints=self.hints)  # fmt: skip
                 try:
                     demos.append(await run_session(
-                        env, ScriptedAgent(env, self.tokenizer), self.tokenizer, self.harness,
-                        rollout_id=f"demo{k}",
+                        env, ScriptedAgent(env, self.tokenizer, seed=k,
+                                           skip_check=t.warm_start_skip_check),
+                        self.tokenizer, self.harness, rollout_id=f"demo{k}",
                     ))  # fmt: skip
                 finally:
                     env.close()
             losses.append(trainer.sft_step(trainer.prepare(demos, trainer.version))["sft_loss"])
+            recent = losses[-20:]
+            if (
+                t.warm_start_until_loss
+                and len(recent) == 20
+                and sum(recent) / 20 <= t.warm_start_until_loss
+            ):
+                break
         for g, lr in zip(trainer.optimizer.param_groups, rl_lr, strict=True):
             g["lr"] = lr
         trainer.version = 0  # the warm-started weights are the RL run's version 0
         self.warm_start_s = round(self.clock() - t0, 2)
         self.warm_start_losses = losses
+        if folder is not None:
+            warm_cache.store(folder, trainer, {"seconds": self.warm_start_s, "losses": losses})
         return losses
 
     # ------------------------------------------------------------------ steps
@@ -288,6 +312,8 @@ class SessionFactory:
             "warm_start_loss": round(self.warm_start_losses[-1], 4)
             if self.warm_start_losses
             else None,
+            "warm_start_steps": len(self.warm_start_losses),
+            "warm_start_cached": self.warm_start_cached or None,
             "rl_wall_s": self._rl_wall_s(),
             "switch_mode": self.cfg.scheduler.switch_mode,
         }

@@ -48,15 +48,21 @@ def test_status_line_tracks_the_component_in_progress() -> None:
     assert obs.text.endswith(f"\nfocus: {first.path} {k1} {v1}")
     for k, v in first.fields[1:]:
         obs = env.step(f"write {first.path} {k} {v}")
-    assert obs.text.endswith(f"\nfocus: {first.path} unchecked")
+    second = spec.components[1]
+    # written in full: the focus moves on and the bar says what is untested
+    assert obs.text.endswith(f"\nfocus: {second.path} missing | untested: {first.name}")
     obs = env.step("bogus")  # errors carry the status line too
-    assert not obs.ok and obs.text.endswith("unchecked")
+    assert not obs.ok and obs.text.endswith(f"untested: {first.name}")
+    for c in spec.components[1:]:
+        env.step(f"create_file {c.path}")
+        for k, v in c.fields:
+            env.step(f"write {c.path} {k} {v}")
+    assert env.status_line() == f"untested: {first.name}"  # every file written, none checked
     env.step(f"run_check {first.name}")
     if first.flaky:
         env.step(f"fix {first.name}")
         env.step(f"run_check {first.name}")
-    second = spec.components[1]
-    assert env.status_line() == f"focus: {second.path} missing"
+    assert env.status_line() == f"untested: {second.name}"
 
 
 def test_status_line_is_off_by_default_and_gone_when_done() -> None:

@@ -98,3 +98,91 @@ def test_tied_embeddings_share_one_matrix(tmp_path) -> None:  # type: ignore[no-
     untied = make_model_dir(RunConfig.from_dict({"model": {"layers": 1}}), tmp_path / "u")
     m2 = AutoModelForCausalLM.from_pretrained(str(untied), dtype=torch.float32)
     assert m2.lm_head.weight.data_ptr() != m2.model.embed_tokens.weight.data_ptr()
+
+
+def _hasty(model_dir, k: int, skip: float) -> tuple[list[str], float, object]:  # type: ignore[no-untyped-def]
+    from transformers import AutoTokenizer
+
+    from gyre_core.rollout.agents import ScriptedAgent
+    from gyre_core.rollout.harness import HarnessConfig, run_session
+    from gyre_core.rollout.task_env import make_env
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    env = make_env("repo", "train", 3 * k, seed=k, hints=True)  # short tasks
+    agent = ScriptedAgent(env, tok, skip_check=skip, seed=k)
+    r = asyncio.run(run_session(env, agent, tok, HarnessConfig(max_turns=60), rollout_id=f"h{k}"))
+    actions = [tok.decode(c.completion_ids).strip() for c in r.calls]
+    return actions, r.progress, env
+
+
+def test_hasty_demonstrator_writes_everything_and_checks_only_some(model_dir) -> None:  # type: ignore[no-untyped-def]
+    from gyre_core.rollout.agents import ScriptedAgent
+
+    checked = total = 0
+    for k in range(30):
+        actions, progress, env = _hasty(model_dir, k, 0.7)
+        spec = env.env.spec  # type: ignore[attr-defined]
+        oracle = [a for i in range(len(spec.components)) for a in env.oracle_actions(i)]  # type: ignore[attr-defined]
+        # every create and write of the oracle, in the oracle's order; checks are what it skips
+        assert [a for a in actions if a.split()[0] in ("create_file", "write")] == [
+            a for a in oracle if a.split()[0] in ("create_file", "write")
+        ]
+        assert env.env.credit >= progress  # type: ignore[attr-defined]
+        assert actions[-1] == "submit" or progress == 1.0
+        passed = sum(env.env.hidden_check(c.name) for c in spec.components)  # type: ignore[attr-defined]
+        assert progress == passed / len(spec.components)
+        checked += passed
+        total += len(spec.components)
+        assert _hasty(model_dir, k, 0.7)[0] == actions  # seeded: the same demo again
+    # with skip 0.7, about 0.3 of components are checked at once and some more at the end
+    assert 0.2 < checked / total < 0.7, checked / total
+    assert all(_hasty(model_dir, k, 0.0)[1] == 1.0 for k in range(3))  # skip 0 = the oracle
+    env = _hasty(model_dir, 0, 0.0)[2]
+    with pytest.raises(ValueError, match="skip_check"):
+        ScriptedAgent(env, None, skip_check=1.0)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_dict({"train": {"warm_start_skip_check": 1.0}})
+    assert {p for p, _ in err.value.errors} == {"train.warm_start_skip_check"}
+
+
+def test_warm_start_cache_reuses_an_identical_warm_start_exactly(model_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from gyre_core.runtime import warm_cache
+
+    d = {**LEARN, "model": {"checkpoint": str(model_dir)},
+         "train": {**LEARN["train"], "warm_start_cache": str(tmp_path / "cache")}}  # fmt: skip
+    cfg = RunConfig.from_dict(d)
+
+    def warm(c: RunConfig):  # type: ignore[no-untyped-def]
+        factory = SessionFactory(c, model_dir, ListSink(), lambda: 0.0)
+        trainer = factory.make_trainer()
+        losses = asyncio.run(factory.warm_start(trainer))
+        return factory, trainer, losses
+
+    first, t1, losses1 = warm(cfg)
+    assert first.warm_start_cached == "" and len(losses1) == 4
+    second, t2, losses2 = warm(cfg)
+    assert second.warm_start_cached and losses2 == losses1
+    assert second.warm_start_s == first.warm_start_s
+    s1, s2 = t1.model.state_dict(), t2.model.state_dict()
+    assert all(torch.equal(s1[k], s2[k]) for k in s1)
+    m1 = t1.optimizer.state_dict()["state"]
+    m2 = t2.optimizer.state_dict()["state"]
+    assert m1.keys() == m2.keys() and all(
+        torch.equal(m1[i]["exp_avg"], m2[i]["exp_avg"]) for i in m1
+    )  # the optimizer's moments come back too: RL continues as if it had trained them
+    assert t2.version == 0 and [g["lr"] for g in t2.optimizer.param_groups] == [1e-3]
+    # anything the warm start depends on changes the key
+    other = RunConfig.from_dict({**d, "train": {**d["train"], "warm_start_steps": 3}})
+    assert warm_cache.cache_key(other, model_dir) != warm_cache.cache_key(cfg, model_dir)
+    assert warm(other)[0].warm_start_cached == ""
+
+
+def test_warm_start_ends_early_at_the_target_loss(model_dir) -> None:  # type: ignore[no-untyped-def]
+    def run(until: float) -> list[float]:
+        d = {**LEARN, "model": {"checkpoint": str(model_dir)},
+             "train": {**LEARN["train"], "warm_start_steps": 22, "warm_start_until_loss": until}}  # fmt: skip
+        factory = SessionFactory(RunConfig.from_dict(d), model_dir, ListSink(), lambda: 0.0)
+        return asyncio.run(factory.warm_start(factory.make_trainer()))
+
+    assert len(run(1e6)) == 20  # the first full window of 20 steps is under any loss
+    assert len(run(0.0)) == 22  # 0: every step

@@ -1,0 +1,69 @@
+"""A cache for warm-started trainers (``train.warm_start_cache``).
+
+A warm start is deterministic in what it depends on: the initial checkpoint (weights and
+tokenizer), the seed, the trainer settings, the demonstrations (suite, size, hints, harness
+limits, the demonstrator's skip rate) and the code that plays and trains them. The key hashes
+all of that; an entry holds the trainer's full state after the warm start (weights, optimizer
+moments, RNG states, version 0, via :mod:`gyre_core.train.checkpoint`) and its losses and wall
+time, so a run that loads it continues exactly as if it had trained them itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from gyre_core.config import RunConfig
+from gyre_core.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from gyre_core.train.trainer import Trainer
+
+_CODE = ("envs/repo_suite.py", "rollout/agents.py", "rollout/harness.py", "rollout/task_env.py",
+         "train/trainer.py", "runtime/session.py", "trajectory/pack.py")  # fmt: skip
+_MODEL_FILES = ("model.safetensors", "tokenizer.json", "config.json")
+
+
+def cache_key(cfg: RunConfig, model_dir: Path) -> str:
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    r = cfg.rollout
+    settings = {
+        "seed": cfg.seed,
+        "train": {k: v for k, v in asdict(cfg.train).items() if k != "warm_start_cache"},
+        "rollout": {k: getattr(r, k) for k in ("suite", "size", "hints", "max_turns",
+                                               "context_budget", "max_new_tokens",
+                                               "tasks_per_step")},
+        "staleness": cfg.scheduler.staleness_bound,
+    }  # fmt: skip
+    h.update(json.dumps(settings, sort_keys=True).encode())
+    for name in _MODEL_FILES:
+        path = model_dir / name
+        h.update(path.read_bytes() if path.exists() else b"-")
+    for rel in _CODE:
+        h.update((root / rel).read_bytes())
+    return h.hexdigest()[:20]
+
+
+def load(folder: Path, trainer: Trainer) -> dict[str, Any] | None:
+    """Restore a cached warm start into ``trainer``; its meta (losses, seconds) or None."""
+    meta = folder / "meta.json"
+    ck = latest_checkpoint(folder)
+    if not meta.exists() or ck is None:
+        return None
+    load_checkpoint(ck, trainer)
+    out: dict[str, Any] = json.loads(meta.read_text())
+    return out
+
+
+def store(folder: Path, trainer: Trainer, meta: dict[str, Any]) -> None:
+    """Write an entry: the checkpoint first, ``meta.json`` last (an entry without it is
+    incomplete and ignored, then replaced)."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    save_checkpoint(folder, trainer, {"warm_start": True})
+    tmp = folder / "meta.json.tmp"
+    tmp.write_text(json.dumps(meta))
+    tmp.replace(folder / "meta.json")
