@@ -114,6 +114,9 @@ class TrainConfig:
     warm_start_until_loss: float = _f(0.0, "end the warm start early once the mean loss of its "
                                       "last 20 steps is at or under this (0 = run every "
                                       "step)", min=0.0)  # fmt: skip
+    warm_start_fresh_optimizer: bool = _f(True, "RL starts with fresh AdamW moments after the "
+                                          "warm start (its moments, scaled to the warm "
+                                          "start's larger gradients, shrink RL's steps)")  # fmt: skip
     warm_start_cache: str = _f("", "folder keeping warm-started trainers keyed by everything "
                                "they depend on, reused by later runs ('' = off)")  # fmt: skip
 

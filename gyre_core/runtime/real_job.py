@@ -104,6 +104,8 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
     if trainer.version == 0 and cfg.train.warm_start_steps:
         say(f"warm start: {cfg.train.warm_start_steps} supervised steps on scripted demos")
         losses = await factory.warm_start(trainer)
+        if cfg.train.warm_start_fresh_optimizer:
+            trainer.optimizer.state.clear()  # fresh AdamW moments (and step counts) for RL
         say(f"warm start done: {len(losses)} steps, last loss {losses[-1]:.3f}, "
             f"{factory.warm_start_s:.0f} s" + (" (cached)" if factory.warm_start_cached else ""))  # fmt: skip
 

@@ -23,7 +23,14 @@ from gyre_core.train.trainer import Trainer
 
 _CODE = ("envs/repo_suite.py", "rollout/agents.py", "rollout/harness.py", "rollout/task_env.py",
          "train/trainer.py", "runtime/session.py", "trajectory/pack.py")  # fmt: skip
+_AFTER = ("warm_start_cache", "warm_start_fresh_optimizer")  # do not change the warm start
 _MODEL_FILES = ("model.safetensors", "tokenizer.json", "config.json")
+
+
+def _after(cfg: RunConfig) -> tuple[str, ...]:
+    """Train fields the warm start does not read: with its own ``warm_start_lr``, the RL
+    learning rate is only restored after it (and set again on load)."""
+    return (*_AFTER, "lr") if cfg.train.warm_start_lr else _AFTER
 
 
 def cache_key(cfg: RunConfig, model_dir: Path) -> str:
@@ -32,7 +39,7 @@ def cache_key(cfg: RunConfig, model_dir: Path) -> str:
     r = cfg.rollout
     settings = {
         "seed": cfg.seed,
-        "train": {k: v for k, v in asdict(cfg.train).items() if k != "warm_start_cache"},
+        "train": {k: v for k, v in asdict(cfg.train).items() if k not in _after(cfg)},
         "rollout": {k: getattr(r, k) for k in ("suite", "size", "hints", "max_turns",
                                                "context_budget", "max_new_tokens",
                                                "tasks_per_step")},
@@ -53,7 +60,9 @@ def load(folder: Path, trainer: Trainer) -> dict[str, Any] | None:
     ck = latest_checkpoint(folder)
     if not meta.exists() or ck is None:
         return None
-    load_checkpoint(ck, trainer)
+    load_checkpoint(ck, trainer, strict_config=False)  # the key has checked what matters
+    for g in trainer.optimizer.param_groups:
+        g["lr"] = trainer.config.lr  # the RL rate of this run (not part of the key)
     out: dict[str, Any] = json.loads(meta.read_text())
     return out
 

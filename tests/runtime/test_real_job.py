@@ -97,3 +97,19 @@ def test_an_engine_killed_mid_run_loses_no_session(ray_cluster, model_dir, tmp_p
     finished = {e.rollout_id for e in killer.events if e.kind == "rollout_finished"}
     assert started == finished and len(finished) == 4  # every session ran to its end
     assert out["sessions_restarted"] == 0
+
+
+@pytest.mark.parametrize("fresh", [True, False])
+def test_rl_after_a_warm_start_starts_with_fresh_optimizer_moments(
+    ray_cluster, model_dir, tmp_path, fresh
+):
+    import torch
+
+    train = {"warm_start_steps": 3, "warm_start_demos": 1, "warm_start_fresh_optimizer": fresh}
+    out = run_job(_cfg(model_dir, steps=1, train=train), sink=ListSink(), workdir=tmp_path)
+    assert out["status"] == "succeeded" and out["warm_start_steps"] == 3
+    ck = latest_checkpoint(tmp_path / "checkpoints")
+    state = torch.load(ck / "optimizer.pt", weights_only=False)["state"]
+    steps = {int(s["step"]) for s in state.values()}
+    # AdamW counts its own steps: 1 (the RL step) from fresh moments, 3 + 1 without
+    assert steps == ({1} if fresh else {4})

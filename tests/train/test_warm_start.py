@@ -175,6 +175,11 @@ def test_warm_start_cache_reuses_an_identical_warm_start_exactly(model_dir, tmp_
     other = RunConfig.from_dict({**d, "train": {**d["train"], "warm_start_steps": 3}})
     assert warm_cache.cache_key(other, model_dir) != warm_cache.cache_key(cfg, model_dir)
     assert warm(other)[0].warm_start_cached == ""
+    # the RL rate is not read by a warm start with its own rate: same entry, this run's rate
+    faster = RunConfig.from_dict({**d, "train": {**d["train"], "lr": 5e-4}})
+    assert warm_cache.cache_key(faster, model_dir) == warm_cache.cache_key(cfg, model_dir)
+    third, t3, _ = warm(faster)
+    assert third.warm_start_cached and [g["lr"] for g in t3.optimizer.param_groups] == [5e-4]
 
 
 def test_warm_start_ends_early_at_the_target_loss(model_dir) -> None:  # type: ignore[no-untyped-def]
