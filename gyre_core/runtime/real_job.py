@@ -105,7 +105,7 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
         say(f"warm start: {cfg.train.warm_start_steps} supervised steps on scripted demos")
         losses = await factory.warm_start(trainer)
         if cfg.train.warm_start_fresh_optimizer:
-            trainer.optimizer.state.clear()  # fresh AdamW moments (and step counts) for RL
+            trainer.reset_optimizer()
         say(f"warm start done: {len(losses)} steps, last loss {losses[-1]:.3f}, "
             f"{factory.warm_start_s:.0f} s" + (" (cached)" if factory.warm_start_cached else ""))  # fmt: skip
 

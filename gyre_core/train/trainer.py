@@ -283,6 +283,11 @@ class Trainer:
             p.grad = torch.stack(parts).sum(0) / len(parts)
         return self._optimizer_step()
 
+    def reset_optimizer(self) -> None:
+        """Forget AdamW's moments and step counts (the learning rates stay): the next step
+        starts as a fresh optimizer would, e.g. RL after a supervised warm start."""
+        self.optimizer.state.clear()
+
     def _optimizer_step(self) -> dict[str, float]:
         params = [p for _, p in self.params]
         limit = self.config.max_grad_norm
