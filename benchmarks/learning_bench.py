@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
@@ -44,7 +45,11 @@ def apply_overrides(data: dict[str, Any], sets: list[str]) -> None:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise SystemExit(f"--set {item!r}: {part!r} is not a section")
-        node[leaf] = yaml.safe_load(raw)
+        value = yaml.safe_load(raw)
+        if isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string
+            with contextlib.suppress(ValueError):
+                value = float(value)
+        node[leaf] = value
 
 
 def run_one(

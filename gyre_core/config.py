@@ -29,7 +29,7 @@ class ConfigError(ValueError):
 
 
 def _f(default: Any, help: str, **rules: Any) -> Any:
-    """A documented field. ``rules``: choices, min, max (inclusive)."""
+    """A documented field. ``rules``: choices, min, max (inclusive), above (exclusive min)."""
     return field(default=default, metadata={"help": help, **rules})
 
 
@@ -98,7 +98,7 @@ class ModelConfig:
 
 @dataclass(slots=True)
 class TrainConfig:
-    lr: float = _f(3e-4, "AdamW learning rate", min=0.0)
+    lr: float = _f(3e-4, "AdamW learning rate", above=0.0)
     max_grad_norm: float = _f(1.0, "gradient clipping norm", min=0.0)
     clip_low: float = _f(0.2, "PPO ratio clip below 1", min=0.0, max=1.0)
     clip_high: float = _f(0.28, "PPO ratio clip above 1", min=0.0)
@@ -217,6 +217,8 @@ def _check(f: Any, value: Any) -> tuple[Any, str]:
         return None, f"must be one of {', '.join(meta['choices'])}, got {value!r}"
     if "min" in meta and value < meta["min"]:
         return None, f"must be >= {meta['min']}, got {value!r}"
+    if "above" in meta and value <= meta["above"]:
+        return None, f"must be > {meta['above']}, got {value!r}"
     if "max" in meta and value > meta["max"]:
         return None, f"must be <= {meta['max']}, got {value!r}"
     return value, ""
@@ -237,7 +239,8 @@ def _cross_checks(cfg: RunConfig) -> list[tuple[str, str]]:
 
 
 def config_schema() -> dict[str, Any]:
-    """Every field: ``{"path": {"type", "default", "help", "choices"?, "min"?, "max"?}}``."""
+    """Every field: ``{"path": {"type", "default", "help", "choices"?, "min"?, "max"?,
+    "above"?}}``."""
     out: dict[str, Any] = {}
 
     def walk(cls: type, prefix: str) -> None:

@@ -48,10 +48,11 @@ def test_show_round_trips_and_schema_covers_every_field(tmp_path) -> None:
 
 def test_cli_validate_names_each_bad_field(tmp_path) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text("steps: -1\nscheduler: {policy: fast}\n")
+    bad.write_text("steps: -1\nscheduler: {policy: fast}\ntrain: {lr: 0}\n")
     out = gyre("config", "validate", str(bad))
     assert out.returncode == 2
     assert "steps: must be >= 1" in out.stderr and "scheduler.policy" in out.stderr
+    assert "train.lr: must be > 0.0, got 0.0" in out.stderr  # the trainer refuses 0 too
     good = tmp_path / "good.yaml"
     good.write_text(gyre("config", "show").stdout)
     ok = gyre("config", "validate", str(good))

@@ -40,6 +40,7 @@ export function parseField(entry: SchemaEntry, raw: string): { value?: unknown; 
     if (type === "int" && !Number.isInteger(n)) return { error: "must be a whole number" };
     if (entry.min !== undefined && n < entry.min) return { error: `must be at least ${entry.min}` };
     if (entry.max !== undefined && n > entry.max) return { error: `must be at most ${entry.max}` };
+    if (entry.above !== undefined && n <= entry.above) return { error: `must be more than ${entry.above}` };
     value = n;
   } else if (type === "bool") {
     if (!["true", "false"].includes(text)) return { error: "true or false" };

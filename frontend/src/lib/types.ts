@@ -108,5 +108,7 @@ export type SchemaEntry = {
   choices?: unknown[];
   min?: number;
   max?: number;
+  /** exclusive lower bound */
+  above?: number;
 };
 export type ConfigSchema = Record<string, SchemaEntry>;

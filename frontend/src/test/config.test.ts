@@ -6,7 +6,7 @@ const schema: ConfigSchema = {
   name: { type: "str", default: "demo", help: "" },
   steps: { type: "int", default: 8, help: "", min: 1 },
   "scheduler.policy": { type: "str", default: "elastic", help: "", choices: ["colocate", "async", "elastic"] },
-  "train.lr": { type: "float", default: 0.0003, help: "", min: 0 },
+  "train.lr": { type: "float", default: 0.0003, help: "", above: 0 },
 };
 
 describe("config form", () => {
@@ -20,6 +20,8 @@ describe("config form", () => {
     expect(parseField(schema.steps, "0").error).toBe("must be at least 1");
     expect(parseField(schema.steps, "1.5").error).toBe("must be a whole number");
     expect(parseField(schema.steps, "ten").error).toMatch(/not a number/);
+    expect(parseField(schema["train.lr"], "0").error).toBe("must be more than 0");
+    expect(parseField(schema["train.lr"], "0.001")).toEqual({ value: 0.001 });
     expect(parseField(schema["scheduler.policy"], "fifo").error).toBe("one of colocate, async, elastic");
   });
 
