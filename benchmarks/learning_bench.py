@@ -33,7 +33,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def apply_overrides(data: dict[str, Any], sets: list[str]) -> None:
+def apply_overrides(data: dict[str, Any], sets: tuple[str, ...]) -> None:
     """Apply ``section.field=value`` overrides (the value parsed as YAML) to a config dict."""
     for item in sets:
         key, eq, raw = item.partition("=")
@@ -57,7 +57,7 @@ def run_one(
 ) -> tuple[dict[str, Any], Path, Path]:
     policy, _, variant = name.split("@")[0].partition("-")
     data = yaml.safe_load((ROOT / "configs" / f"learn-{policy}.yaml").read_text())
-    apply_overrides(data, list(sets))
+    apply_overrides(data, sets)
     data["name"] = f"learn-{name.replace('@', '-')}"
     if steps:
         data["steps"] = steps
