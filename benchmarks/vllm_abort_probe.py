@@ -37,7 +37,7 @@ async def probe(engine: VLLMEngine, rid: str, abort_after: float | None) -> str:
     first: float | None = None
     abort_at: float | None = None
     while not task.done():
-        n = engine.tokens_so_far(rid) if rid in engine._in_flight else 0
+        n = engine.tokens_so_far(rid)  # 0 until its first chunk, and after it ends
         now = time.monotonic() - t0
         if n and (not counts or n != counts[-1]):
             counts.append(n)
