@@ -83,6 +83,8 @@ class ModelConfig:
     checkpoint: str = _f("", "a local transformers checkpoint ('' = build a tiny Qwen3)")
     hidden_size: int = _f(64, "tiny model width (when no checkpoint is given)", min=32)
     layers: int = _f(2, "tiny model depth", min=1)
+    kv_heads: int = _f(1, "tiny model: key/value heads, shared by its hidden_size // 32 query "
+                       "heads (more let its heads attend to different places)", min=1)  # fmt: skip
     tokenizer: str = _f("generic", "tiny model tokenizer corpus: generic text, or that plus "
                         "the task suite's oracle transcripts (suite words become single tokens)",
                         choices=("generic", "suite"))  # fmt: skip
@@ -104,6 +106,10 @@ class TrainConfig:
     clip_high: float = _f(0.28, "PPO ratio clip above 1", min=0.0)
     kl_coef: float = _f(0.0, "KL penalty to the initial policy", min=0.0)
     max_tokens: int = _f(4096, "tokens per packed training sample", min=64)
+    advantage_mode: str = _f("once", "weight of a token several rollouts share: the mean of "
+                             "their advantages (once) or their sum (per_path, GRPO's "
+                             "per-rollout gradient)", choices=("once", "per_path"))  # fmt: skip
+    normalise_std: bool = _f(False, "divide group advantages by the group's reward std")
     warm_start_steps: int = _f(0, "supervised steps on scripted demonstrations first", min=0)
     warm_start_demos: int = _f(0, "fresh scripted demonstrations per warm-start step "
                                "(0 = rollout.tasks_per_step)", min=0)  # fmt: skip
@@ -117,6 +123,9 @@ class TrainConfig:
     warm_start_fresh_optimizer: bool = _f(True, "RL starts with fresh AdamW moments after the "
                                           "warm start (its moments, scaled to the warm "
                                           "start's larger gradients, shrink RL's steps)")  # fmt: skip
+    warm_start_from: str = _f("", "weights file of an earlier warm start (a .safetensors written "
+                              "by benchmarks/warm_start.py) that RL begins from instead of "
+                              "running one ('' = off)")  # fmt: skip
     warm_start_cache: str = _f("", "folder keeping warm-started trainers keyed by everything "
                                "they depend on, reused by later runs ('' = off)")  # fmt: skip
 

@@ -27,8 +27,8 @@ split a small model can be scored on after a few minutes of training.
 ``hints=True`` (a :class:`RepoEnv` option) ends the prompt and every observation with a
 status line, the "status bar" of an agent UI: ``focus: <path> <state>`` for the first
 component whose file is not fully written (state ``missing``, no file yet, or ``<key>
-<value>``, the next key to write and its value) and ``untested: <name>`` for the first
-component fully written whose check has not passed, joined by `` | ``. It says what is
+<value>``, the next key to write and its value), preceded by ``untested: <name> | `` for the
+first component fully written whose check has not passed. It says what is
 left, not what to do next: the agent still chooses the tool (create, write, check, fix after
 a crashed check, submit) -- whether to check a component as soon as it is written is its
 own call -- and copies the arguments exactly.
@@ -352,10 +352,17 @@ class RepoEnv:
         """The agent's status bar ("" when every component is complete): ``focus: <path>
         <state>`` for the first component whose file is not fully written -- state
         ``missing`` (no file yet) or ``<key> <value>`` (the next key to write and its
-        value) -- and ``untested: <name>`` for the first component fully written whose
-        check has not passed, joined by `` | ``. It says what is untested, not when to
+        value) -- preceded by ``untested: <name> | `` for the first component fully written
+        whose check has not passed. It says what is untested, not when to
         check: that is the agent's call."""
         parts = []
+        for c in self.spec.components:
+            f = self._files.get(c.path)
+            if f is not None and len(f.fields) >= len(c.fields) and not self.hidden_check(c.name):
+                parts.append(f"untested: {c.name}")
+                break
+        # The focus goes last, right above the next action: what an action copies from it
+        # then sits at the same distance back whatever else the bar says.
         for c in self.spec.components:
             f = self._files.get(c.path)
             if f is None:
@@ -363,11 +370,6 @@ class RepoEnv:
                 break
             if len(f.fields) < len(c.fields):
                 parts.append(f"focus: {c.path} {' '.join(c.fields[len(f.fields)])}")
-                break
-        for c in self.spec.components:
-            f = self._files.get(c.path)
-            if f is not None and len(f.fields) >= len(c.fields) and not self.hidden_check(c.name):
-                parts.append(f"untested: {c.name}")
                 break
         return " | ".join(parts)
 

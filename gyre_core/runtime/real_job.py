@@ -101,12 +101,17 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
     nodes = await asyncio.gather(*(s.actor.node_id.remote() for s in slots))
     for s, node in zip(slots, nodes, strict=True):
         s.node = str(node)  # where Ray placed the unit: role_change events carry it
-    if trainer.version == 0 and cfg.train.warm_start_steps:
-        say(f"warm start: {cfg.train.warm_start_steps} supervised steps on scripted demos")
+    if trainer.version == 0 and (cfg.train.warm_start_steps or cfg.train.warm_start_from):
+        say(
+            f"warm start: from {cfg.train.warm_start_from}"
+            if cfg.train.warm_start_from
+            else f"warm start: {cfg.train.warm_start_steps} supervised steps on scripted demos"
+        )
         losses = await factory.warm_start(trainer)
         if cfg.train.warm_start_fresh_optimizer:
             trainer.reset_optimizer()
-        say(f"warm start done: {len(losses)} steps, last loss {losses[-1]:.3f}, "
+        say(f"warm start done: {len(losses)} steps, last loss "
+            f"{losses[-1] if losses else float('nan'):.3f}, "
             f"{factory.warm_start_s:.0f} s" + (" (cached)" if factory.warm_start_cached else ""))  # fmt: skip
 
     def on_step(batch: list[Rollout], metrics: dict[str, Any]) -> None:

@@ -7,9 +7,10 @@ import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
+from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from gyre_core import events as ev
@@ -23,6 +24,7 @@ from gyre_core.runtime import warm_cache
 from gyre_core.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from gyre_core.train.trainer import Trainer, TrainerConfig
 from gyre_core.trajectory.format import Rollout, read_rollouts
+from gyre_core.trajectory.rewards import AdvantageMode
 from gyre_core.trajectory.stats import tree_stats
 from gyre_core.trajectory.tree import build_trees
 from gyre_core.trajectory.writer import write_rollouts
@@ -42,8 +44,12 @@ def make_model_dir(cfg: RunConfig, workdir: Path) -> Path:
         from gyre_core.models.init import init_checkpoint
 
         h = cfg.model.hidden_size
+        if max(1, h // 32) % cfg.model.kv_heads:
+            raise ValueError(f"model.kv_heads ({cfg.model.kv_heads}) must divide the query "
+                             f"heads, hidden_size // 32 = {max(1, h // 32)}")  # fmt: skip
         init_checkpoint(out, vocab_size=1024, layers=cfg.model.layers, hidden=h,
-                        heads=max(1, h // 32), kv_heads=1, head_dim=32, intermediate=2 * h,
+                        heads=max(1, h // 32), kv_heads=cfg.model.kv_heads, head_dim=32,
+                        intermediate=2 * h,
                         max_positions=4096, seed=cfg.seed, overwrite=True,
                         corpus=tokenizer_corpus(cfg),
                         tie_embeddings=cfg.model.tie_embeddings)  # fmt: skip
@@ -86,7 +92,8 @@ class SessionFactory:
         t = cfg.train
         self.trainer_config = TrainerConfig(
             lr=t.lr, max_grad_norm=t.max_grad_norm, clip_low=t.clip_low, clip_high=t.clip_high,
-            kl_coef=t.kl_coef, max_tokens=t.max_tokens,
+            kl_coef=t.kl_coef, max_tokens=t.max_tokens, normalise_std=t.normalise_std,
+            advantage_mode=cast("AdvantageMode", t.advantage_mode),
             staleness_bound=cfg.scheduler.staleness_bound, seed=cfg.seed,
         )  # fmt: skip
         self.migrations = 0
@@ -170,17 +177,21 @@ class SessionFactory:
                                     score=score, tasks=n))  # fmt: skip
         return score
 
-    async def warm_start(self, trainer: Trainer) -> list[float]:
+    async def warm_start(self, trainer: Trainer, first_step: int = 0) -> list[float]:
         """Supervised steps on scripted demonstrations of training tasks: each step trains
         on ``train.warm_start_demos`` fresh ones (tasks 10_000 + ..., apart from the RL
         tasks) at ``train.warm_start_lr`` (ending early at ``train.warm_start_until_loss``),
         played by a demonstrator that skips a share
         ``train.warm_start_skip_check`` of its checks. With ``train.warm_start_cache`` an
         identical earlier warm start is loaded instead (runtime/warm_cache.py; the summary
-        then names it in ``warm_start_cached``). Returns the per-step losses."""
+        then names it in ``warm_start_cached``). ``first_step`` continues an earlier warm
+        start of that many steps (the demonstrations go on where it stopped). Returns the
+        per-step losses."""
         t = self.cfg.train
+        if t.warm_start_from:
+            return self.load_warm_start(trainer, Path(t.warm_start_from))
         folder = None
-        if t.warm_start_cache:
+        if t.warm_start_cache and not first_step:  # the cache holds whole warm starts only
             folder = Path(t.warm_start_cache) / warm_cache.cache_key(self.cfg, self.model_dir)
             meta = warm_cache.load(folder, trainer)
             if meta is not None:
@@ -193,7 +204,7 @@ class SessionFactory:
             g["lr"] = t.warm_start_lr or t.lr
         losses = []
         t0 = self.clock()
-        for step in range(t.warm_start_steps):
+        for step in range(first_step, t.warm_start_steps):
             demos = []
             for k in range(step * n, (step + 1) * n):
                 env = make_env(self.cfg.rollout.suite, "train",
@@ -223,6 +234,26 @@ class SessionFactory:
         if folder is not None:
             warm_cache.store(folder, trainer, {"seconds": self.warm_start_s, "losses": losses})
         return losses
+
+    def load_warm_start(self, trainer: Trainer, path: Path) -> list[float]:
+        """Begin from the weights an earlier warm start wrote (``train.warm_start_from``);
+        its ``<stem>.json`` beside them, when present, gives the steps' losses and seconds
+        for the summary. A file that does not fit this run's model is refused by name."""
+        if not path.is_file():
+            raise ValueError(f"train.warm_start_from: no such file {path}")
+        state = load_file(str(path))
+        try:
+            trainer.model.load_state_dict(state, strict=True)
+        except RuntimeError as e:
+            raise ValueError(f"train.warm_start_from: {path} does not fit this run's model "
+                             f"(model.* settings): {str(e).splitlines()[0]}") from None  # fmt: skip
+        meta_path = path.with_suffix(".json")
+        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+        self.warm_start_s = float(meta.get("seconds", 0.0))
+        self.warm_start_losses = [float(x) for x in meta.get("losses", [])]
+        self.warm_start_cached = str(path)
+        trainer.version = 0
+        return list(self.warm_start_losses)
 
     # ------------------------------------------------------------------ steps
 

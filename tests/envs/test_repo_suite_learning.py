@@ -50,9 +50,11 @@ def test_status_line_tracks_the_component_in_progress() -> None:
         obs = env.step(f"write {first.path} {k} {v}")
     second = spec.components[1]
     # written in full: the focus moves on and the bar says what is untested
-    assert obs.text.endswith(f"\nfocus: {second.path} missing | untested: {first.name}")
+    assert obs.text.endswith(f"\nuntested: {first.name} | focus: {second.path} missing")
     obs = env.step("bogus")  # errors carry the status line too
-    assert not obs.ok and obs.text.endswith(f"untested: {first.name}")
+    assert not obs.ok and obs.text.endswith(
+        f"untested: {first.name} | focus: {second.path} missing"
+    )
     for c in spec.components[1:]:
         env.step(f"create_file {c.path}")
         for k, v in c.fields:

@@ -191,3 +191,81 @@ def test_warm_start_ends_early_at_the_target_loss(model_dir) -> None:  # type: i
 
     assert len(run(1e6)) == 20  # the first full window of 20 steps is under any loss
     assert len(run(0.0)) == 22  # 0: every step
+
+
+def test_warm_start_continues_where_an_earlier_one_stopped(model_dir) -> None:  # type: ignore[no-untyped-def]
+    d = {**LEARN, "model": {"checkpoint": str(model_dir)}}
+
+    def factory(steps: int) -> SessionFactory:
+        c = RunConfig.from_dict({**d, "train": {**LEARN["train"], "warm_start_steps": steps}})
+        return SessionFactory(c, model_dir, ListSink(), lambda: 0.0)
+
+    whole = factory(4)
+    t_whole = whole.make_trainer()
+    losses = asyncio.run(whole.warm_start(t_whole))
+    part = factory(2)
+    t_part = part.make_trainer()
+    first = asyncio.run(part.warm_start(t_part))
+    rest = asyncio.run(factory(4).warm_start(t_part, first_step=2))
+    assert first + rest == losses  # the same demonstrations, in the same order
+    a, b = t_whole.model.state_dict(), t_part.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_warm_start_from_a_weights_file(model_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from safetensors.torch import save_file
+
+    d = {**LEARN, "model": {"checkpoint": str(model_dir)}}
+    warmed = SessionFactory(RunConfig.from_dict(d), model_dir, ListSink(), lambda: 0.0)
+    trainer = warmed.make_trainer()
+    losses = asyncio.run(warmed.warm_start(trainer))
+    path = tmp_path / "warm.safetensors"
+    save_file({k: v.contiguous() for k, v in trainer.model.state_dict().items()}, str(path))
+    path.with_suffix(".json").write_text(json.dumps({"losses": losses, "seconds": 1.5}))
+
+    cfg = RunConfig.from_dict({**d, "train": {**LEARN["train"], "warm_start_from": str(path)}})
+    factory = SessionFactory(cfg, model_dir, ListSink(), lambda: 0.0)
+    fresh = factory.make_trainer()
+    assert asyncio.run(factory.warm_start(fresh)) == losses  # no step of its own
+    a, b = trainer.model.state_dict(), fresh.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert factory.warm_start_cached == str(path) and factory.warm_start_s == 1.5
+    assert fresh.version == 0
+
+    missing = RunConfig.from_dict({**d, "train": {"warm_start_from": str(tmp_path / "no")}})
+    f2 = SessionFactory(missing, model_dir, ListSink(), lambda: 0.0)
+    with pytest.raises(ValueError, match="no such file"):
+        asyncio.run(f2.warm_start(f2.make_trainer()))
+    wider = {**d, "model": {"tokenizer": "suite", "hidden_size": 96, "layers": 1}}
+    other_dir = make_model_dir(RunConfig.from_dict(wider), tmp_path / "wide")
+    wide = RunConfig.from_dict({**wider, "model": {**wider["model"], "checkpoint": str(other_dir)},
+                                "train": {"warm_start_from": str(path)}})  # fmt: skip
+    f3 = SessionFactory(wide, other_dir, ListSink(), lambda: 0.0)
+    with pytest.raises(ValueError, match="does not fit this run's model"):
+        asyncio.run(f3.warm_start(f3.make_trainer()))
+
+
+def test_advantage_settings_reach_the_trainer(model_dir) -> None:  # type: ignore[no-untyped-def]
+    d = {**LEARN, "model": {"checkpoint": str(model_dir)},
+         "train": {"advantage_mode": "per_path", "normalise_std": True}}  # fmt: skip
+    tc = SessionFactory(RunConfig.from_dict(d), model_dir, ListSink(), lambda: 0.0).trainer_config
+    assert (tc.advantage_mode, tc.normalise_std) == ("per_path", True)
+    assert RunConfig().train.advantage_mode == "once"
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_dict({"train": {"advantage_mode": "sum"}})
+    assert {p for p, _ in err.value.errors} == {"train.advantage_mode"}
+
+
+def test_kv_heads_shape_the_tiny_model(tmp_path) -> None:
+    import json
+
+    d = {"model": {"hidden_size": 64, "layers": 1, "kv_heads": 2}}
+    out = make_model_dir(RunConfig.from_dict(d), tmp_path / "a")
+    conf = json.loads((out / "config.json").read_text())
+    assert (conf["num_attention_heads"], conf["num_key_value_heads"]) == (2, 2)
+    bad = RunConfig.from_dict({"model": {"hidden_size": 64, "kv_heads": 3}})
+    with pytest.raises(ValueError, match="must divide the query heads"):
+        make_model_dir(bad, tmp_path / "b")
+    assert RunConfig().model.kv_heads == 1
