@@ -28,7 +28,7 @@ split a small model can be scored on after a few minutes of training.
 status line, the "status bar" of an agent UI: ``focus: <path> <state>`` for the first
 component whose file is not fully written (state ``missing``, no file yet, or ``<key>
 <value>``, the next key to write and its value), preceded by ``untested: <name> | `` for the
-first component fully written whose check has not passed. It says what is
+latest component fully written whose check has not passed. It says what is
 left, not what to do next: the agent still chooses the tool (create, write, check, fix after
 a crashed check, submit) -- whether to check a component as soon as it is written is its
 own call -- and copies the arguments exactly.
@@ -352,11 +352,11 @@ class RepoEnv:
         """The agent's status bar ("" when every component is complete): ``focus: <path>
         <state>`` for the first component whose file is not fully written -- state
         ``missing`` (no file yet) or ``<key> <value>`` (the next key to write and its
-        value) -- preceded by ``untested: <name> | `` for the first component fully written
-        whose check has not passed. It says what is untested, not when to
+        value) -- preceded by ``untested: <name> | `` for the latest component fully written
+        whose check has not passed (the one just written, when it is). It says what is untested, not when to
         check: that is the agent's call."""
         parts = []
-        for c in self.spec.components:
+        for c in reversed(self.spec.components):  # the latest written: the one just done
             f = self._files.get(c.path)
             if f is not None and len(f.fields) >= len(c.fields) and not self.hidden_check(c.name):
                 parts.append(f"untested: {c.name}")

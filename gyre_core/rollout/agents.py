@@ -161,8 +161,8 @@ class ScriptedAgent:
 
     ``skip_check=q`` makes it a *hasty* demonstrator (the warm start of docs/learning.md):
     after writing a component it moves on without its check with probability ``q``; once
-    every file is written it checks each skipped component in turn with probability
-    ``1 - q``, else submits untested work. Choices are seeded by ``seed``."""
+    every file is written it checks each skipped component in turn, latest first (the one a
+    status bar names), with probability ``1 - q``, else submits untested work. Choices are seeded by ``seed``."""
 
     def __init__(
         self,
@@ -219,7 +219,7 @@ class ScriptedAgent:
                 skipped.append(actions[cut:])
             else:
                 plan += actions[cut:]
-        for checks in skipped:
+        for checks in reversed(skipped):  # latest first, as the status bar names them
             if rng.random() < self.skip_check:
                 break
             plan += checks

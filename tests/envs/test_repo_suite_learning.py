@@ -59,12 +59,15 @@ def test_status_line_tracks_the_component_in_progress() -> None:
         env.step(f"create_file {c.path}")
         for k, v in c.fields:
             env.step(f"write {c.path} {k} {v}")
-    assert env.status_line() == f"untested: {first.name}"  # every file written, none checked
-    env.step(f"run_check {first.name}")
-    if first.flaky:
-        env.step(f"fix {first.name}")
-        env.step(f"run_check {first.name}")
-    assert env.status_line() == f"untested: {second.name}"
+    last = spec.components[-1]
+    # every file written, none checked: the bar names the latest (the one just written)
+    assert env.status_line() == f"untested: {last.name}"
+    env.step(f"run_check {last.name}")
+    if last.flaky:
+        assert env.status_line() == f"untested: {last.name}"  # a failed check is no pass
+        env.step(f"fix {last.name}")
+        env.step(f"run_check {last.name}")
+    assert env.status_line() == f"untested: {spec.components[-2].name}"
 
 
 def test_status_line_is_off_by_default_and_gone_when_done() -> None:
