@@ -191,7 +191,10 @@ class Loop:
             elif before == TRAIN:
                 await slot.actor.stop_trainer.remote()
             if to == TRAIN:
-                await slot.actor.start_trainer.remote(self.trainer_config)
+                ref = self.trainer.ref_model  # the KL anchor, as the driver holds it
+                await slot.actor.start_trainer.remote(
+                    self.trainer_config, None if ref is None else ref.state_dict()
+                )
             elif to == ROLLOUT:
                 await self.start_engine(slot)
         except ray.exceptions.RayActorError:

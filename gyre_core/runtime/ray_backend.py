@@ -143,14 +143,24 @@ class UnitActor:
 
     # ------------------------------------------------------------------ train role
 
-    async def start_trainer(self, trainer_config: dict[str, Any]) -> float:
+    async def start_trainer(
+        self, trainer_config: dict[str, Any], ref_state: dict[str, torch.Tensor] | None = None
+    ) -> float:
+        """Become a training replica; ``ref_state`` is the KL reference's weights (needed
+        when ``kl_coef > 0``: after a warm start they are not the checkpoint's)."""
         from transformers import AutoModelForCausalLM
 
         from gyre_core.train.trainer import Trainer, TrainerConfig
 
         t0 = time.perf_counter()
+        config = TrainerConfig.from_dict(trainer_config)
         model = AutoModelForCausalLM.from_pretrained(self.checkpoint, dtype=torch.float32)
-        self.trainer = Trainer(model, TrainerConfig.from_dict(trainer_config))
+        ref = None
+        if config.kl_coef > 0:
+            ref = AutoModelForCausalLM.from_pretrained(self.checkpoint, dtype=torch.float32)
+            if ref_state is not None:
+                ref.load_state_dict(ref_state)
+        self.trainer = Trainer(model, config, ref)
         return time.perf_counter() - t0
 
     async def stop_trainer(self) -> None:

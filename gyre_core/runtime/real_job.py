@@ -108,6 +108,8 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
             else f"warm start: {cfg.train.warm_start_steps} supervised steps on scripted demos"
         )
         losses = await factory.warm_start(trainer)
+        if trainer.ref_model is not None:  # the KL anchors RL to the warm start, not the init
+            trainer.ref_model.load_state_dict(trainer.model.state_dict())
         if cfg.train.warm_start_fresh_optimizer:
             trainer.reset_optimizer()
         say(f"warm start done: {len(losses)} steps, last loss "

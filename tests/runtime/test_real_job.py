@@ -113,3 +113,14 @@ def test_rl_after_a_warm_start_starts_with_fresh_optimizer_moments(
     steps = {int(s["step"]) for s in state.values()}
     # AdamW counts its own steps: 1 (the RL step) from fresh moments, 3 + 1 without
     assert steps == ({1} if fresh else {4})
+
+
+def test_the_kl_reference_is_the_warm_started_policy(ray_cluster, model_dir, tmp_path):
+    # With a warm start, RL's KL anchor is the warm-started policy (version 0), not the
+    # untrained checkpoint: at the first step the policy still is that reference.
+    train = {"warm_start_steps": 3, "warm_start_demos": 1, "kl_coef": 0.5}
+    sink = ListSink()
+    out = run_job(_cfg(model_dir, steps=1, train=train), sink=sink, workdir=tmp_path)
+    assert out["status"] == "succeeded"
+    (first,) = [e for e in sink.events if e.kind == "step_finished"]
+    assert abs(first.metrics["kl"]) < 1e-6, first.metrics
