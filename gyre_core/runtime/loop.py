@@ -88,6 +88,7 @@ class Loop:
         self.step_units: set[int] = set()  # units computing the running step's gradients
         self.counters = Counters()
         self.state_ref: Any = ray.put(_cpu_state(trainer))
+        self._ref_state: Any = None  # the KL reference's weights, put once (see _reference)
         self.errors: list[BaseException] = []
         self.background: set[asyncio.Task[Any]] = set()
 
@@ -191,10 +192,7 @@ class Loop:
             elif before == TRAIN:
                 await slot.actor.stop_trainer.remote()
             if to == TRAIN:
-                ref = self.trainer.ref_model  # the KL anchor, as the driver holds it
-                await slot.actor.start_trainer.remote(
-                    self.trainer_config, None if ref is None else ref.state_dict()
-                )
+                await slot.actor.start_trainer.remote(self.trainer_config, self._reference())
             elif to == ROLLOUT:
                 await self.start_engine(slot)
         except ray.exceptions.RayActorError:
@@ -214,6 +212,16 @@ class Loop:
         if self.trainer.version != version:  # a step published while the engine loaded
             await engine.publish(self.state_ref, self.trainer.version)
         self.router.add(slot.name, engine)
+
+    def _reference(self) -> Any:
+        """The KL reference's weights for a unit that starts training (None without a
+        KL): put in the object store once, since the reference never changes."""
+        ref = self.trainer.ref_model
+        if ref is None:
+            return None
+        if self._ref_state is None:
+            self._ref_state = ray.put({k: v.detach().cpu() for k, v in ref.state_dict().items()})
+        return self._ref_state
 
     def _role(self, slot: UnitSlot, role: str) -> None:
         if role == slot.role:
