@@ -12,7 +12,8 @@ same stem beside them (steps, losses, seconds, the benchmark curve, the command,
         [--steps 1600] [--every 100] [--set train.warm_start_skip_check=0.5 ...]
 
 ``--steps`` caps the steps (default: the config's ``train.warm_start_steps``); the config's
-``train.warm_start_until_loss`` still ends it early.
+``train.warm_start_until_loss`` still ends it early. The config's
+``train.warm_start_anneal_steps`` then follow at ``train.warm_start_anneal_lr``.
 """
 
 from __future__ import annotations
@@ -61,14 +62,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     while len(losses) < cap:
         want = min(len(losses) + every, cap)
         t.warm_start_steps = want
-        losses += await factory.warm_start(trainer, first_step=len(losses))
-        score = await factory.benchmark(router, 0)
-        curve[len(losses)] = score
-        recent = losses[-20:]
-        print(f"step {len(losses)}: loss (last 20) {sum(recent) / len(recent):.3f}  "
-              f"benchmark {score:.3f}  {time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
+        losses += await factory.warm_start(trainer, first_step=len(losses), anneal=False)
+        curve[len(losses)] = await report(factory, router, losses, t0)
         if len(losses) < want:  # train.warm_start_until_loss ended it (checked per chunk)
             break
+    main_steps = len(losses)
+    if t.warm_start_anneal_steps:
+        losses += await factory.anneal(trainer, main_steps)
+        curve[len(losses)] = await report(factory, router, losses, t0)
     seconds = round(time.perf_counter() - t0, 1)
     for task in asyncio.all_tasks():  # the engine's idle loop
         if task is not asyncio.current_task():
@@ -76,6 +77,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     save_file({k: v.contiguous() for k, v in trainer.model.state_dict().items()}, str(out))
     meta = {
         "steps": len(losses),
+        "anneal_from": main_steps,
         "seconds": seconds,
         "losses": [round(x, 5) for x in losses],
         "benchmark_by_step": curve,
@@ -86,6 +88,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     out.with_suffix(".json").write_text(json.dumps(meta, indent=1) + "\n")
     return meta
+
+
+async def report(factory: SessionFactory, router: Router, losses: list[float], t0: float) -> float:
+    score = await factory.benchmark(router, 0)
+    recent = losses[-20:]
+    print(f"step {len(losses)}: loss (last 20) {sum(recent) / len(recent):.3f}  "
+          f"benchmark {score:.3f}  {time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
+    return score
 
 
 def main() -> int:

@@ -120,6 +120,11 @@ class TrainConfig:
     warm_start_until_loss: float = _f(0.0, "end the warm start early once the mean loss of its "
                                       "last 20 steps is at or under this (0 = run every "
                                       "step)", min=0.0)  # fmt: skip
+    warm_start_anneal_steps: int = _f(0, "steps after the warm start ends (its cap or its "
+                                      "target loss) at warm_start_anneal_lr, which settles "
+                                      "the copying a high rate keeps noisy", min=0)  # fmt: skip
+    warm_start_anneal_lr: float = _f(0.0, "learning rate of those steps (0 = train.lr)",
+                                     min=0.0)  # fmt: skip
     warm_start_fresh_optimizer: bool = _f(True, "RL starts with fresh AdamW moments after the "
                                           "warm start (its moments, scaled to the warm "
                                           "start's larger gradients, shrink RL's steps)")  # fmt: skip

@@ -1,6 +1,7 @@
 """A byte-level BPE tokenizer trained locally: any text round-trips, no hub needed.
 
-The pre-tokenizer maps every byte to one of 256 printable symbols and the decoder maps
+The pre-tokenizer cuts text as Qwen's does (``PRE_TOKENIZE``), then maps every byte to one
+of 256 printable symbols and the decoder maps
 them back, so ``decode(encode(x)) == x`` for every string (decode with
 ``skip_special_tokens=False`` when ``x`` may spell a special token). No normaliser runs
 and no prefix space is added, so nothing is changed on the way in.
@@ -12,7 +13,7 @@ import json
 import random
 from collections.abc import Iterable
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 ENDOFTEXT = "<|endoftext|>"
@@ -23,6 +24,16 @@ TOOL = "<|tool|>"
 SPECIAL_TOKENS = (ENDOFTEXT, PAD, IM_START, IM_END, TOOL)
 BYTE_SYMBOLS = 256
 MIN_VOCAB = BYTE_SYMBOLS + len(SPECIAL_TOKENS)
+
+# How text is cut before BPE merges, as Qwen2/3's tokenizer cuts it (numbers in runs of up
+# to 3 digits, as Llama 3's): a word keeps one leading non-letter, so ``/payments`` and
+# ``.json`` can each become one token, as they are in Qwen's vocabulary. (GPT-2's pattern
+# splits every punctuation mark from the word after it: a path's extension is then a token
+# after ".", which a tiny model must copy by looking two tokens back; docs/learning.md.)
+PRE_TOKENIZE = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}"
@@ -37,7 +48,10 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 4096) -> Tokenizer:
     if vocab_size < MIN_VOCAB:
         raise ValueError(f"vocab_size must be >= {MIN_VOCAB} (256 bytes + specials)")
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRE_TOKENIZE), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])  # fmt: skip
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -160,9 +160,12 @@ class ScriptedAgent:
     logprobs, version and finish_reason ``"forced"``; ``version`` is then unused.
 
     ``skip_check=q`` makes it a *hasty* demonstrator (the warm start of docs/learning.md):
-    after writing a component it moves on without its check with probability ``q``; once
-    every file is written it checks each skipped component in turn, latest first (the one a
-    status bar names), with probability ``1 - q``, else submits untested work. Choices are seeded by ``seed``."""
+    after writing a component it moves on to the next without its check with probability
+    ``q``; once every file is written it checks each unchecked component in turn, latest
+    first (the one a status bar names), with probability ``1 - q``, else submits untested
+    work. Every choice between checking and going on is thus made with probability ``1 - q``
+    (the last component's check is the first choice of the end, not a second chance).
+    Choices are seeded by ``seed``."""
 
     def __init__(
         self,
@@ -215,7 +218,9 @@ class ScriptedAgent:
             if cut is None:
                 raise ValueError("skip_check needs a suite whose components end in run_check")
             plan += actions[:cut]
-            if rng.random() < self.skip_check:
+            # The last component has nothing to move on to: checking it is the first of
+            # the choices below, so that every choice checks with probability 1 - q.
+            if i == n - 1 or rng.random() < self.skip_check:
                 skipped.append(actions[cut:])
             else:
                 plan += actions[cut:]

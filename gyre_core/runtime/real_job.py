@@ -21,6 +21,7 @@ from typing import Any
 
 import ray
 import torch
+from safetensors.torch import load_file, save_file
 
 from gyre_core import events as ev
 from gyre_core.cluster import IDLE, ROLLOUT, TRAIN
@@ -62,6 +63,9 @@ def run_real(
             ray.shutdown()
 
 
+REFERENCE_FILE = "reference.safetensors"  # the KL's reference when it is not the checkpoint
+
+
 async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Path,
                should_stop: Callable[[], bool], resume: bool,
                say: Callable[[str], None]) -> dict[str, Any]:  # fmt: skip
@@ -79,6 +83,9 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
     pending: list[int] | None = None
     if resume and (state := factory.restore(trainer, ckpt_root)) is not None:
         ready, pending = state
+        reference = workdir / REFERENCE_FILE
+        if trainer.ref_model is not None and reference.exists():  # the warm-started policy
+            trainer.ref_model.load_state_dict(load_file(str(reference)))
         say(f"resumed at version {trainer.version}: {len(ready)} rollouts ready, "
             f"{len(pending)} to run")  # fmt: skip
     sink.emit(ev.RunStatus(t=clock(), status="running", step=trainer.version, message=cfg.policy))
@@ -110,6 +117,9 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
         losses = await factory.warm_start(trainer)
         if trainer.ref_model is not None:  # the KL anchors RL to the warm start, not the init
             trainer.ref_model.load_state_dict(trainer.model.state_dict())
+            # kept for a resumed run, which skips the warm start
+            state = {k: v.contiguous() for k, v in trainer.model.state_dict().items()}
+            save_file(state, str(workdir / REFERENCE_FILE))
         if cfg.train.warm_start_fresh_optimizer:
             trainer.reset_optimizer()
         say(f"warm start done: {len(losses)} steps, last loss "

@@ -177,34 +177,66 @@ class SessionFactory:
                                     score=score, tasks=n))  # fmt: skip
         return score
 
-    async def warm_start(self, trainer: Trainer, first_step: int = 0) -> list[float]:
+    async def warm_start(
+        self, trainer: Trainer, first_step: int = 0, *, anneal: bool = True
+    ) -> list[float]:
         """Supervised steps on scripted demonstrations of training tasks: each step trains
         on ``train.warm_start_demos`` fresh ones (tasks 10_000 + ..., apart from the RL
         tasks) at ``train.warm_start_lr`` (ending early at ``train.warm_start_until_loss``),
-        played by a demonstrator that skips a share
-        ``train.warm_start_skip_check`` of its checks. With ``train.warm_start_cache`` an
-        identical earlier warm start is loaded instead (runtime/warm_cache.py; the summary
-        then names it in ``warm_start_cached``). ``first_step`` continues an earlier warm
-        start of that many steps (the demonstrations go on where it stopped). Returns the
-        per-step losses."""
+        played by a demonstrator that skips a share ``train.warm_start_skip_check`` of its
+        checks; then ``train.warm_start_anneal_steps`` more at ``train.warm_start_anneal_lr``
+        (see :meth:`anneal`; ``anneal=False`` leaves them out). With
+        ``train.warm_start_cache`` an identical earlier warm start is loaded instead
+        (runtime/warm_cache.py; the summary then names it in ``warm_start_cached``).
+        ``first_step`` continues an earlier warm start of that many steps (the
+        demonstrations go on where it stopped). Returns the per-step losses."""
         t = self.cfg.train
         if t.warm_start_from:
             return self.load_warm_start(trainer, Path(t.warm_start_from))
         folder = None
-        if t.warm_start_cache and not first_step:  # the cache holds whole warm starts only
+        if t.warm_start_cache and not first_step and anneal:  # whole warm starts only
             folder = Path(t.warm_start_cache) / warm_cache.cache_key(self.cfg, self.model_dir)
             meta = warm_cache.load(folder, trainer)
             if meta is not None:
                 self.warm_start_s, self.warm_start_losses = meta["seconds"], meta["losses"]
                 self.warm_start_cached = str(folder)
                 return list(meta["losses"])
+        t0 = self.clock()
+        losses = await self._supervised(trainer, first_step, t.warm_start_steps,
+                                        t.warm_start_lr or t.lr, t.warm_start_until_loss)  # fmt: skip
+        if anneal:
+            losses += await self.anneal(trainer, first_step + len(losses))
+        self.warm_start_s = round(self.clock() - t0, 2)
+        self.warm_start_losses = losses
+        if folder is not None:
+            warm_cache.store(folder, trainer, {"seconds": self.warm_start_s, "losses": losses})
+        return losses
+
+    async def anneal(self, trainer: Trainer, first_step: int) -> list[float]:
+        """The warm start's last ``train.warm_start_anneal_steps`` steps, at the lower
+        ``train.warm_start_anneal_lr``, on the demonstrations after step ``first_step``.
+        The high rate that finds the copying keeps it noisy (a loss that plateaus near
+        0.1); a lower one settles it (docs/learning.md, session 6)."""
+        t = self.cfg.train
+        if not t.warm_start_anneal_steps:
+            return []
+        return await self._supervised(trainer, first_step,
+                                      first_step + t.warm_start_anneal_steps,
+                                      t.warm_start_anneal_lr or t.lr, 0.0)  # fmt: skip
+
+    async def _supervised(
+        self, trainer: Trainer, start: int, stop: int, lr: float, until_loss: float
+    ) -> list[float]:
+        """Warm-start steps ``start`` .. ``stop - 1`` at ``lr`` (RL's rate restored after,
+        the version reset to 0), ending early once the mean loss of the last 20 steps is
+        at or under ``until_loss`` (0: never)."""
+        t = self.cfg.train
         n = t.warm_start_demos or self.cfg.rollout.tasks_per_step
         rl_lr = [g["lr"] for g in trainer.optimizer.param_groups]
         for g in trainer.optimizer.param_groups:
-            g["lr"] = t.warm_start_lr or t.lr
-        losses = []
-        t0 = self.clock()
-        for step in range(first_step, t.warm_start_steps):
+            g["lr"] = lr
+        losses: list[float] = []
+        for step in range(start, stop):
             demos = []
             for k in range(step * n, (step + 1) * n):
                 env = make_env(self.cfg.rollout.suite, "train",
@@ -220,19 +252,11 @@ class SessionFactory:
                     env.close()
             losses.append(trainer.sft_step(trainer.prepare(demos, trainer.version))["sft_loss"])
             recent = losses[-20:]
-            if (
-                t.warm_start_until_loss
-                and len(recent) == 20
-                and sum(recent) / 20 <= t.warm_start_until_loss
-            ):
+            if until_loss and len(recent) == 20 and sum(recent) / 20 <= until_loss:
                 break
-        for g, lr in zip(trainer.optimizer.param_groups, rl_lr, strict=True):
-            g["lr"] = lr
+        for g, old in zip(trainer.optimizer.param_groups, rl_lr, strict=True):
+            g["lr"] = old
         trainer.version = 0  # the warm-started weights are the RL run's version 0
-        self.warm_start_s = round(self.clock() - t0, 2)
-        self.warm_start_losses = losses
-        if folder is not None:
-            warm_cache.store(folder, trainer, {"seconds": self.warm_start_s, "losses": losses})
         return losses
 
     def load_warm_start(self, trainer: Trainer, path: Path) -> list[float]:

@@ -69,6 +69,21 @@ def test_resume_continues_from_the_checkpoint_without_retraining(ray_cluster, mo
     assert trained1 < trained2 and len(trained2) == 4  # 2 steps x 2 rollouts, none twice
 
 
+def test_a_resumed_run_keeps_the_warm_started_kl_reference(ray_cluster, model_dir, tmp_path):
+    # A resumed run skips the warm start; its KL reference must still be the warm-started
+    # policy, not the checkpoint it was built from. With a learning rate too small to move
+    # the weights, the policy at the resumed step is that reference: KL 0.
+    train = {"warm_start_steps": 3, "warm_start_demos": 1, "warm_start_lr": 1e-2,
+             "kl_coef": 0.5, "lr": 1e-12}  # fmt: skip
+    first = run_job(_cfg(model_dir, steps=1, train=train), sink=ListSink(), workdir=tmp_path)
+    assert first["steps"] == 1 and (tmp_path / "reference.safetensors").exists()
+    sink = ListSink()
+    out = run_job(_cfg(model_dir, steps=2, train=train), sink=sink, workdir=tmp_path, resume=True)
+    assert out["steps"] == 2
+    (resumed,) = [e for e in sink.events if e.kind == "step_finished"]
+    assert abs(resumed.metrics["kl"]) < 1e-6, resumed.metrics
+
+
 def test_cancel_is_prompt_and_reported(ray_cluster, model_dir, tmp_path):
     stop = threading.Event()
     sink = ListSink()

@@ -29,9 +29,11 @@ def test_suite_tokenizer_makes_suite_words_single_tokens(model_dir) -> None:  # 
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    # words as actions spell them (a name after "/" in a path, keys and values after a
-    # space), from both vocabularies
-    for word in ("payments", " sqlite", " retries", "write", "ledger", " endpoint", " zstd"):
+    # words as actions spell them (a name with the "/" before it and an extension with its
+    # ".", as Qwen's pre-tokenizer cuts a path; keys and values after a space), from both
+    # vocabularies
+    for word in ("/payments", ".json", " sqlite", " retries", "write", "/ledger", " endpoint",
+                 " zstd", " payments"):  # fmt: skip
         assert len(tok.encode(word, add_special_tokens=False)) == 1, word
     assert tokenizer_corpus(RunConfig()) is None  # the generic default stays the default
     corpus = tokenizer_corpus(RunConfig.from_dict(LEARN))
@@ -151,6 +153,33 @@ def test_hasty_demonstrator_writes_everything_and_checks_only_some(model_dir) ->
     assert {p for p, _ in err.value.errors} == {"train.warm_start_skip_check"}
 
 
+def test_every_choice_of_the_hasty_demonstrator_checks_with_probability_one_minus_q(
+    model_dir,
+) -> None:  # type: ignore[no-untyped-def]
+    """Right after the first file and right after the last one, the demonstrator checks
+    with the same probability 1 - q: the last component gets no second chance (which
+    would make checking it the likelier action, 1 - q**2, and the imitating policy's
+    greedy choice)."""
+    from transformers import AutoTokenizer
+
+    from gyre_core.rollout.agents import ScriptedAgent
+    from gyre_core.rollout.task_env import make_env
+
+    tok = AutoTokenizer.from_pretrained(str(model_dir))
+    env = make_env("repo", "train", 0, seed=0, hints=True)
+    n = len(env.components())
+    first_writes = len([a for a in env.oracle_actions(0) if not a.startswith(("run_", "fix"))])
+    at_first = at_last = 0
+    seeds = 400
+    for seed in range(seeds):
+        plan = ScriptedAgent(env, tok, skip_check=0.7, seed=seed)._hasty_plan(n)
+        at_first += plan[first_writes].startswith("run_check ")
+        last_write = max(i for i, a in enumerate(plan) if a.startswith(("create_file", "write")))
+        at_last += last_write + 1 < len(plan) and plan[last_write + 1].startswith("run_check ")
+    assert abs(at_first / seeds - 0.3) < 0.07, at_first / seeds
+    assert abs(at_last / seeds - 0.3) < 0.07, at_last / seeds
+
+
 def test_warm_start_cache_reuses_an_identical_warm_start_exactly(model_dir, tmp_path) -> None:  # type: ignore[no-untyped-def]
     from gyre_core.runtime import warm_cache
 
@@ -197,6 +226,29 @@ def test_warm_start_ends_early_at_the_target_loss(model_dir) -> None:  # type: i
 
     assert len(run(1e6)) == 20  # the first full window of 20 steps is under any loss
     assert len(run(0.0)) == 22  # 0: every step
+
+
+def test_anneal_steps_follow_the_target_loss_at_their_own_rate(model_dir) -> None:  # type: ignore[no-untyped-def]
+    def run(**train: float) -> tuple[list[float], SessionFactory]:
+        d = {**LEARN, "model": {"checkpoint": str(model_dir)},
+             "train": {**LEARN["train"], "warm_start_steps": 22, **train}}  # fmt: skip
+        factory = SessionFactory(RunConfig.from_dict(d), model_dir, ListSink(), lambda: 0.0)
+        trainer = factory.make_trainer()
+        losses = asyncio.run(factory.warm_start(trainer))
+        assert trainer.version == 0 and [g["lr"] for g in trainer.optimizer.param_groups] == [1e-3]
+        return losses, factory
+
+    # Stopped at 20 steps by the target loss, then 3 anneal steps: at the warm start's own
+    # rate they are exactly the 21st-23rd steps of a longer warm start ...
+    same, _ = run(warm_start_until_loss=1e6, warm_start_anneal_steps=3,
+                  warm_start_anneal_lr=1e-2)  # fmt: skip
+    longer, _ = run(warm_start_steps=23)
+    assert len(same) == 23 and same == longer
+    # ... and at a lower rate they train the same demonstrations differently.
+    low, factory = run(warm_start_until_loss=1e6, warm_start_anneal_steps=3,
+                       warm_start_anneal_lr=1e-4)  # fmt: skip
+    assert low[:20] == same[:20] and low[20:] != same[20:]
+    assert factory.warm_start_losses == low
 
 
 def test_warm_start_continues_where_an_earlier_one_stopped(model_dir) -> None:  # type: ignore[no-untyped-def]
