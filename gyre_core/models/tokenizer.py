@@ -1,10 +1,10 @@
 """A byte-level BPE tokenizer trained locally: any text round-trips, no hub needed.
 
 The pre-tokenizer cuts text as Qwen's does (``PRE_TOKENIZE``), then maps every byte to one
-of 256 printable symbols and the decoder maps
-them back, so ``decode(encode(x)) == x`` for every string (decode with
-``skip_special_tokens=False`` when ``x`` may spell a special token). No normaliser runs
-and no prefix space is added, so nothing is changed on the way in.
+of 256 printable symbols; the decoder maps them back, so ``decode(encode(x)) == x`` for
+every string (decode with ``skip_special_tokens=False`` when ``x`` may spell a special
+token). No normaliser runs and no prefix space is added, so nothing is changed on the way
+in.
 """
 
 from __future__ import annotations

@@ -118,8 +118,8 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
         if trainer.ref_model is not None:  # the KL anchors RL to the warm start, not the init
             trainer.ref_model.load_state_dict(trainer.model.state_dict())
             # kept for a resumed run, which skips the warm start
-            state = {k: v.contiguous() for k, v in trainer.model.state_dict().items()}
-            save_file(state, str(workdir / REFERENCE_FILE))
+            weights = {k: v.contiguous() for k, v in trainer.model.state_dict().items()}
+            save_file(weights, str(workdir / REFERENCE_FILE))
         if cfg.train.warm_start_fresh_optimizer:
             trainer.reset_optimizer()
         say(f"warm start done: {len(losses)} steps, last loss "
