@@ -153,9 +153,7 @@ def test_hasty_demonstrator_writes_everything_and_checks_only_some(model_dir) ->
     assert {p for p, _ in err.value.errors} == {"train.warm_start_skip_check"}
 
 
-def test_every_choice_of_the_hasty_demonstrator_checks_with_probability_one_minus_q(
-    model_dir,
-) -> None:  # type: ignore[no-untyped-def]
+def test_every_hasty_choice_checks_with_probability_one_minus_q(model_dir) -> None:  # type: ignore[no-untyped-def]
     """Right after the first file and right after the last one, the demonstrator checks
     with the same probability 1 - q: the last component gets no second chance (which
     would make checking it the likelier action, 1 - q**2, and the imitating policy's
