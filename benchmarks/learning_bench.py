@@ -6,13 +6,14 @@ rollouts), the benchmark at every ``--every``-th checkpoint (greedy, the run's o
 tasks, scored in this process from the saved weights), before/after, and wall times.
 
     python benchmarks/learning_bench.py [--runs elastic,colocate,async,elastic-binary]
-        [--steps 48] [--every 8] [--set rollout.temperature=0.7 ...]
+        [--steps 48] [--every 8] [--bench-tasks 48] [--set rollout.temperature=0.7 ...]
         [--out .data/bench/learning.json]
 
 A run name is ``<policy>``, ``<policy>-binary`` (``rollout.reward: binary``, the ablation) or
 ``<policy>-restart`` (``scheduler.switch_mode: restart``), optionally with ``@k`` to run the
 same config again (``colocate,colocate@2``: the reproducibility check; runs that differ only
-in ``@k`` are compared at the end). Every run reads ``configs/learn-<policy>.yaml``.
+in ``@k`` are compared at the end: their curves, and their weights at every checkpoint).
+Every run reads ``configs/learn-<policy>.yaml``.
 ``gyre run`` runs in a child process (its own Ray).
 """
 
@@ -22,6 +23,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -68,6 +70,7 @@ def run_one(
     elif variant:
         raise SystemExit(f"unknown run variant {variant!r} in {name!r}")
     work = out_dir / name.replace("@", "-")
+    shutil.rmtree(work / "run", ignore_errors=True)  # no checkpoint of an earlier run stays
     work.mkdir(parents=True, exist_ok=True)
     cfg_path = work / "config.yaml"
     cfg_path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -83,8 +86,12 @@ def run_one(
     return summary, cfg_path, work / "run"
 
 
-def bench_curve(cfg_path: Path, workdir: Path, every: int) -> dict[int, float]:
-    """The run's benchmark, re-scored from its checkpoints at versions every, 2*every, ..."""
+def bench_curve(cfg_path: Path, workdir: Path, every: int, tasks: int = 0) -> dict[int, float]:
+    """The run's benchmark, re-scored from its checkpoints at versions every, 2*every, ...
+
+    ``tasks`` > 0 scores that many held-out tasks instead of the run's own
+    ``rollout.benchmark_tasks`` (the first of them are the run's own), and version 0 too
+    when the run started from ``train.warm_start_from``."""
     import torch
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
@@ -96,15 +103,20 @@ def bench_curve(cfg_path: Path, workdir: Path, every: int) -> dict[int, float]:
     from gyre_core.runtime.session import SessionFactory, make_model_dir
 
     cfg = load_config(cfg_path)
+    if tasks:
+        cfg.rollout.benchmark_tasks = tasks
     model_dir = make_model_dir(cfg, workdir)
     factory = SessionFactory(cfg, model_dir, NullSink(), lambda: 0.0)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    weights = [(int(ck.name.split("-")[1]), ck / "model.safetensors")
+               for ck in sorted((workdir / "checkpoints").glob("step-*"))]  # fmt: skip
+    if tasks and cfg.train.warm_start_from:
+        weights.insert(0, (0, Path(cfg.train.warm_start_from)))
     curve = {}
-    for ck in sorted((workdir / "checkpoints").glob("step-*")):
-        version = int(ck.name.split("-")[1])
+    for version, path in weights:
         if version % every:
             continue
-        model.load_state_dict(load_file(str(ck / "model.safetensors")))
+        model.load_state_dict(load_file(str(path)))
         router = Router({"local": TorchEngine(model)})
         curve[version] = asyncio.run(factory.benchmark(router, version))
     return curve
@@ -127,7 +139,25 @@ def compare_repeats(rows: list[dict[str, Any]]) -> None:
                  for v in a["benchmark_curve"] if v in b["benchmark_curve"]]  # fmt: skip
         print(f"repeat {a['name']} vs {b['name']}: max |diff| train progress "
               f"{max(prog, default=0.0):.4f}, benchmark {max(bench, default=0.0):.4f} "
-              f"(after: {a['benchmark_after']:.3f} vs {b['benchmark_after']:.3f})")  # fmt: skip
+              f"(after: {a['benchmark_after']:.3f} vs {b['benchmark_after']:.3f}); "
+              f"{weights_diff(Path(a['workdir']), Path(b['workdir']))}")  # fmt: skip
+
+
+def weights_diff(a: Path, b: Path) -> str:
+    """The largest weight difference of two runs at each checkpoint both saved."""
+    from safetensors.torch import load_file
+
+    parts = []
+    for ck in sorted((a / "checkpoints").glob("step-*")):
+        other = b / "checkpoints" / ck.name
+        if not other.exists():
+            continue
+        wa = load_file(str(ck / "model.safetensors"))
+        wb = load_file(str(other / "model.safetensors"))
+        diff = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
+        parts.append(f"v{int(ck.name.split('-')[1])}:{diff:.1e}" if diff else
+                     f"v{int(ck.name.split('-')[1])}:identical")  # fmt: skip
+    return "weights " + (" ".join(parts) or "(no common checkpoints)")
 
 
 def main() -> int:
@@ -142,6 +172,8 @@ def main() -> int:
         metavar="SECTION.FIELD=VALUE",
         help="override a config field in every run (repeatable)",
     )
+    ap.add_argument("--bench-tasks", type=int, default=0,
+                    help="re-score on this many held-out tasks (0: the run's own)")  # fmt: skip
     ap.add_argument("--out", default=str(ROOT / ".data" / "bench" / "learning.json"))
     args = ap.parse_args()
     out_dir = Path(args.out).parent / "learning"
@@ -149,8 +181,8 @@ def main() -> int:
     rows = []
     for name in args.runs.split(","):
         s, cfg_path, work = run_one(name, args.steps or None, out_dir, tuple(args.set))
-        curve = bench_curve(cfg_path, work, args.every) if args.every else {}
-        s["name"], s["benchmark_curve"] = name, curve
+        curve = bench_curve(cfg_path, work, args.every, args.bench_tasks) if args.every else {}
+        s["name"], s["benchmark_curve"], s["workdir"] = name, curve, str(work)
         rows.append(s)
         prog = " ".join(f"{p:.2f}" for p in s.get("progress_by_step", []))
         bench = " ".join(f"{v}:{b:.3f}" for v, b in curve.items())

@@ -110,6 +110,12 @@ class TrainConfig:
                              "their advantages (once) or their sum (per_path, GRPO's "
                              "per-rollout gradient)", choices=("once", "per_path"))  # fmt: skip
     normalise_std: bool = _f(False, "divide group advantages by the group's reward std")
+    behaviour: str = _f("recorded", "behaviour log-prob of a token the current weights made: "
+                        "as its engine recorded it (recorded), or the trainer's own "
+                        "(trainer: its ratio is exactly 1, so a step does not depend on "
+                        "which calls shared an engine batch and colocate runs repeat "
+                        "exactly); older tokens always use the recorded one",
+                        choices=("recorded", "trainer"))  # fmt: skip
     warm_start_steps: int = _f(0, "supervised steps on scripted demonstrations first", min=0)
     warm_start_demos: int = _f(0, "fresh scripted demonstrations per warm-start step "
                                "(0 = rollout.tasks_per_step)", min=0)  # fmt: skip

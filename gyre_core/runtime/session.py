@@ -22,7 +22,7 @@ from gyre_core.rollout.router import Router
 from gyre_core.rollout.task_env import make_env
 from gyre_core.runtime import warm_cache
 from gyre_core.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from gyre_core.train.trainer import Trainer, TrainerConfig
+from gyre_core.train.trainer import Behaviour, Trainer, TrainerConfig
 from gyre_core.trajectory.format import Rollout, read_rollouts
 from gyre_core.trajectory.rewards import AdvantageMode
 from gyre_core.trajectory.stats import tree_stats
@@ -94,6 +94,7 @@ class SessionFactory:
             lr=t.lr, max_grad_norm=t.max_grad_norm, clip_low=t.clip_low, clip_high=t.clip_high,
             kl_coef=t.kl_coef, max_tokens=t.max_tokens, normalise_std=t.normalise_std,
             advantage_mode=cast("AdvantageMode", t.advantage_mode),
+            behaviour=cast("Behaviour", t.behaviour),
             staleness_bound=cfg.scheduler.staleness_bound, seed=cfg.seed,
         )  # fmt: skip
         self.migrations = 0

@@ -24,7 +24,13 @@ from gyre_core.train.trainer import Trainer
 _CODE = ("envs/repo_suite.py", "rollout/agents.py", "rollout/harness.py", "rollout/task_env.py",
          "train/trainer.py", "runtime/session.py", "trajectory/pack.py")  # fmt: skip
 # Train fields the warm start never reads (supervised steps have no advantages).
-_AFTER = ("warm_start_cache", "warm_start_fresh_optimizer", "advantage_mode", "normalise_std")
+_AFTER = (
+    "warm_start_cache",
+    "warm_start_fresh_optimizer",
+    "advantage_mode",
+    "normalise_std",
+    "behaviour",
+)
 _MODEL_FILES = ("model.safetensors", "tokenizer.json", "config.json")
 
 

@@ -10,6 +10,12 @@ The loss of a batch is a per-token mean over the *whole* batch: each shard divid
 summed loss by ``total_tokens / dp_width``, so that the mean of the shards' gradients is the
 gradient of the batch, however the samples were split. A step therefore does not depend on
 ``dp_width`` (up to floating-point summation order).
+
+A step does not depend on the order its rollouts arrive in: ``prepare`` sorts them by group
+and rollout id first, so the trees, samples and shards (and so every floating-point sum) are
+the same however the rollouts finished. With ``behaviour="trainer"`` it does not depend on
+the engines' numerics either, for the tokens the current weights made (see ``_sample_loss``):
+together these make a colocate run, whose every token is on-policy, repeat exactly.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -44,6 +50,7 @@ from gyre_core.trajectory.sample import PackedSample
 from gyre_core.trajectory.tree import build_trees
 
 WEIGHTS_FILE = "model.safetensors"
+Behaviour = Literal["recorded", "trainer"]
 # The model's attention implementation each tree-attention path needs (see tree_forward).
 BACKENDS: dict[str, tuple[str, ...]] = {
     "dense": ("eager", "sdpa", "flex_attention"),
@@ -67,6 +74,10 @@ class TrainerConfig:
     loss: str = "ppo"
     advantage_mode: AdvantageMode = "once"
     normalise_std: bool = False  # divide group advantages by the group's reward std
+    # Behaviour log-prob of a token made by the weights being trained (its version is the
+    # current one): as the engine recorded it ("recorded"), or the trainer's own ("trainer",
+    # see _sample_loss). Older tokens always use the recorded one.
+    behaviour: Behaviour = "recorded"
     max_tokens: int = 4096  # per packed sample
     attention: Impl = "dense"
     seed: int = 0
@@ -101,6 +112,8 @@ class TrainerConfig:
             raise bad("loss", f"one of {', '.join(sorted(LOSSES))}")
         if self.advantage_mode not in ADVANTAGE_MODES:
             raise bad("advantage_mode", f"one of {', '.join(ADVANTAGE_MODES)}")
+        if self.behaviour not in get_args(Behaviour):
+            raise bad("behaviour", f"one of {', '.join(get_args(Behaviour))}")
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int):
             raise bad("max_tokens", "an integer")
         if self.max_tokens < 2:
@@ -185,7 +198,8 @@ class Trainer:
 
         Stale tokens stay in the samples (the loss drops and counts them); a token newer
         than ``current_version`` means the caller mixed up versions, and is refused."""
-        rollouts = list(rollouts)
+        # A canonical order: the same set of rollouts gives the same samples, bit for bit.
+        rollouts = sorted(rollouts, key=lambda r: (r.group_id, r.rollout_id))
         if not rollouts:
             raise ValueError("no rollouts to train on")
         for r in rollouts:
@@ -228,7 +242,14 @@ class Trainer:
         def column(a: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(a).to(device=dev, dtype=lp.dtype)[idx]
 
-        batch = TokenBatch(lp, column(sample.logprob), column(sample.advantage), ref_lp)
+        behaviour = column(sample.logprob)
+        if self.config.behaviour == "trainer":
+            # A token of the current version was sampled from these very weights: its
+            # behaviour log-prob *is* lp. The engine's figure differs from it only by
+            # numerics (in which calls shared its batch); taking lp makes the ratio exactly 1.
+            current = torch.from_numpy(sample.version == current_version).to(dev)[idx]
+            behaviour = torch.where(current, lp.detach(), behaviour)
+        batch = TokenBatch(lp, behaviour, column(sample.advantage), ref_lp)
         loss, stats = combine_loss(self.loss_fn, batch, self.config.loss_settings, normalise)
         with torch.no_grad():
             stats.entropy = float(token_entropy(logits.detach()[parent[idx]]).sum())

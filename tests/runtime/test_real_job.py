@@ -8,9 +8,10 @@ import pytest
 from gyre_core.config import RunConfig
 from gyre_core.events import ListSink
 from gyre_core.runtime import run_job
+from gyre_core.runtime.session import make_model_dir
 from gyre_core.train.checkpoint import latest_checkpoint
 from gyre_core.trajectory.format import read_rollouts
-from tests.runtime.conftest import TINY_JOB, UnitKiller
+from tests.runtime.conftest import TINY_JOB, UnitKiller, tiny_job
 
 pytestmark = pytest.mark.slow
 
@@ -139,3 +140,40 @@ def test_the_kl_reference_is_the_warm_started_policy(ray_cluster, model_dir, tmp
     assert out["status"] == "succeeded"
     (first,) = [e for e in sink.events if e.kind == "step_finished"]
     assert abs(first.metrics["kl"]) < 1e-6, first.metrics
+
+
+def _weights(workdir):
+    from safetensors.torch import load_file
+
+    return load_file(str(latest_checkpoint(workdir / "checkpoints") / "model.safetensors"))
+
+
+def test_a_colocate_run_repeats_exactly(ray_cluster, tmp_path):
+    # Colocate trains only on-policy tokens, on every unit, on the whole batch at once. With
+    # the trainer's own behaviour log-probs (so which calls shared an engine batch cannot
+    # matter) and rollouts in a canonical order, the same seed gives the same run: every
+    # step's metrics and the final weights, bit for bit. The learning demo's model, warm
+    # started a little so that sessions run several calls: measured with
+    # train.behaviour=recorded, the two runs' metrics differ here.
+    train = {"behaviour": "trainer", "lr": 1e-2, "warm_start_steps": 40,
+             "warm_start_demos": 2, "warm_start_lr": 1e-2}  # fmt: skip
+    job = {**tiny_job("colocate"), "steps": 3, "checkpoint_every": 1, "train": train,
+           "model": {"hidden_size": 128, "kv_heads": 4, "tokenizer": "suite",
+                     "tie_embeddings": False}}  # fmt: skip
+    job["rollout"] = {**job["rollout"], "tasks_per_step": 2, "group_size": 8,
+                      "max_new_tokens": 16, "max_turns": 12}  # fmt: skip
+    runs = []
+    for k in range(2):
+        sink = ListSink()
+        model = make_model_dir(RunConfig.from_dict(job), tmp_path / "model")
+        d = {**job, "model": {"checkpoint": str(model)}}
+        out = run_job(RunConfig.from_dict(d), sink=sink, workdir=tmp_path / f"run{k}")
+        assert out["status"] == "succeeded" and out["steps"] == 3
+        steps = [e.metrics for e in sink.events if e.kind == "step_finished"]
+        runs.append((steps, _weights(tmp_path / f"run{k}")))
+    (steps_a, weights_a), (steps_b, weights_b) = runs
+    keys = ("loss", "entropy", "grad_norm", "ratio_mean", "tokens", "reward", "progress")
+    assert [[a[k] for k in keys] for a in steps_a] == [[b[k] for k in keys] for b in steps_b]
+    assert weights_a.keys() == weights_b.keys()
+    diff = max(float((weights_a[k] - weights_b[k]).abs().max()) for k in weights_a)
+    assert diff == 0.0
