@@ -101,6 +101,7 @@ def bench_curve(cfg_path: Path, workdir: Path, every: int, tasks: int = 0) -> di
     from gyre_core.rollout.router import Router
     from gyre_core.rollout.torch_engine import TorchEngine
     from gyre_core.runtime.session import SessionFactory, make_model_dir
+    from gyre_core.train.checkpoint import checkpoints
 
     cfg = load_config(cfg_path)
     if tasks:
@@ -108,8 +109,7 @@ def bench_curve(cfg_path: Path, workdir: Path, every: int, tasks: int = 0) -> di
     model_dir = make_model_dir(cfg, workdir)
     factory = SessionFactory(cfg, model_dir, NullSink(), lambda: 0.0)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    weights = [(int(ck.name.split("-")[1]), ck / "model.safetensors")
-               for ck in sorted((workdir / "checkpoints").glob("step-*"))]  # fmt: skip
+    weights = [(v, ck / "model.safetensors") for v, ck in checkpoints(workdir / "checkpoints")]
     if tasks and cfg.train.warm_start_from:
         weights.insert(0, (0, Path(cfg.train.warm_start_from)))
     curve = {}
@@ -147,16 +147,17 @@ def weights_diff(a: Path, b: Path) -> str:
     """The largest weight difference of two runs at each checkpoint both saved."""
     from safetensors.torch import load_file
 
+    from gyre_core.train.checkpoint import checkpoints
+
+    theirs = dict(checkpoints(b / "checkpoints"))
     parts = []
-    for ck in sorted((a / "checkpoints").glob("step-*")):
-        other = b / "checkpoints" / ck.name
-        if not other.exists():
+    for version, ck in checkpoints(a / "checkpoints"):
+        if version not in theirs:
             continue
         wa = load_file(str(ck / "model.safetensors"))
-        wb = load_file(str(other / "model.safetensors"))
+        wb = load_file(str(theirs[version] / "model.safetensors"))
         diff = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
-        parts.append(f"v{int(ck.name.split('-')[1])}:{diff:.1e}" if diff else
-                     f"v{int(ck.name.split('-')[1])}:identical")  # fmt: skip
+        parts.append(f"v{version}:{diff:.1e}" if diff else f"v{version}:identical")
     return "weights " + (" ".join(parts) or "(no common checkpoints)")
 
 

@@ -112,17 +112,22 @@ def save_checkpoint(
     return final
 
 
-def latest_checkpoint(root: str | Path) -> Path | None:
-    """The complete checkpoint of the highest version under ``root``, or ``None``."""
+def checkpoints(root: str | Path) -> list[tuple[int, Path]]:
+    """Every complete checkpoint under ``root`` as ``(version, path)``, oldest first."""
     root = Path(root)
     if not root.is_dir():
-        return None
-    found = [
+        return []
+    return sorted(
         (int(m.group(1)), p)
         for p in root.iterdir()
         if (m := _NAME.match(p.name)) and (p / STATE_FILE).is_file()
-    ]
-    return max(found)[1] if found else None
+    )
+
+
+def latest_checkpoint(root: str | Path) -> Path | None:
+    """The complete checkpoint of the highest version under ``root``, or ``None``."""
+    found = checkpoints(root)
+    return found[-1][1] if found else None
 
 
 def load_checkpoint(

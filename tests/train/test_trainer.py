@@ -196,7 +196,9 @@ def test_dp_width_does_not_change_the_step(float64_exact: None) -> None:
             assert b[k] == pytest.approx(a[k], rel=1e-9, abs=1e-12), k
 
 
-def _one_step(rollouts: list[Rollout], cfg: TrainerConfig, version: int = 0) -> dict[str, Any]:
+def _one_step(
+    rollouts: list[Rollout], cfg: TrainerConfig, version: int = 0
+) -> dict[str, torch.Tensor]:
     trainer = Trainer(tiny_model(), cfg, version=version)
     trainer.step(rollouts)
     return params(trainer.model)
