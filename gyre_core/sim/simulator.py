@@ -59,6 +59,7 @@ class Stats:
     tokens_reprefilled: int = 0
     tokens_discarded: int = 0  # decoded, then thrown away by a restart
     tokens_trained: int = 0
+    step_tokens: list[int] = field(default_factory=list)  # tokens each step trained
     tokens_prefilled: int = 0
     tokens_masked: int = 0
     staleness: Counter[int] = field(default_factory=Counter)
@@ -386,6 +387,7 @@ class Simulator:
                 if lag > self.costs.staleness:
                     self.stats.tokens_masked += n
         self.stats.tokens_trained += tokens
+        self.stats.step_tokens.append(tokens)
         for u in units:
             switch.account(self, u)
         self.training, self.step_units = True, units
@@ -429,7 +431,7 @@ class Simulator:
         c = self.costs
         decoded = sum(sum(s.versions.values()) for s in self.sessions) + self.stats.tokens_discarded
         bound = lower_bound(self.trace, c, decoded=decoded, prefilled=self.stats.tokens_prefilled,
-                            trained=self.stats.tokens_trained)  # fmt: skip
+                            step_tokens=self.stats.step_tokens)  # fmt: skip
         hist = dict(sorted(self.stats.staleness.items()))
         return {
             "policy": self.policy.name,

@@ -7,7 +7,13 @@ from dataclasses import replace
 import pytest
 
 from gyre_core.scheduler.policies import Async, Colocate, Elastic
-from gyre_core.sim.bound import admission_path, critical_path, lower_bound, rollout_path
+from gyre_core.sim.bound import (
+    admission_path,
+    critical_path,
+    lower_bound,
+    rollout_path,
+    step_time,
+)
 from gyre_core.sim.costs import CostError, CostModel
 from gyre_core.sim.engine import Call
 from gyre_core.sim.simulator import Simulator
@@ -45,6 +51,24 @@ def test_admission_path_by_hand() -> None:
     assert admission_path(trace, replace(COSTS, rollouts_per_step=2)) == pytest.approx(21.0)
 
 
+def test_each_step_takes_at_least_its_tokens_on_every_unit() -> None:
+    # Training at 10 tok/s a unit on 2 units: a step of 20 tokens takes 1 + 20 / 20 = 2 s,
+    # one of 40 takes 3 s. Paths 10, 20, 5 s at staleness 0: P1 = 10 + 2 = 12;
+    # P2 = 12 + 20 + 3 = 35; P3 = 35 + 5 + 1 = 41.
+    slow = replace(COSTS, train_tok_s=10.0)
+    assert step_time(40, slow) == pytest.approx(3.0)
+    trace = [rollout(0, 100), rollout(1, 200), rollout(2, 50)]
+    assert admission_path(trace, slow, [20, 40, 0]) == pytest.approx(41.0)
+    # The longest rollout, then at least the last step: 20 + 1 (the last trains nothing).
+    assert critical_path(trace, slow, [20, 40, 0]) == pytest.approx(21.0)
+    assert critical_path(trace, slow, [20, 40, 60]) == pytest.approx(24.0)
+    # Steps' tokens only ever add to the bound, and it still holds for every policy.
+    for policy in (Async(1, 1), Elastic(), Colocate()):
+        out = Simulator(trace, slow, policy).run()
+        assert out["makespan_s"] >= out["lower_bound_s"] - 1e-6, policy.name
+        assert out["lower_bound_s"] > admission_path(trace, slow), policy.name
+
+
 def test_the_bound_holds_and_is_tight_when_the_rule_binds() -> None:
     trace = [rollout(0, 100), rollout(1, 200), rollout(2, 50)]
     for policy in (Async(1, 1), Elastic(), Colocate()):
@@ -59,7 +83,7 @@ def test_the_bound_holds_and_is_tight_when_the_rule_binds() -> None:
 def test_the_bound_holds_on_every_workload_and_policy(kind: str) -> None:
     costs = CostModel(gpus=32, rollouts_per_step=16, group_size=8)
     trace = generate(kind, 48, 3)
-    bound = lower_bound(trace, costs, decoded=0, prefilled=0, trained=0)
+    bound = lower_bound(trace, costs, decoded=0, prefilled=0, step_tokens=[])
     assert bound == pytest.approx(max(critical_path(trace, costs), admission_path(trace, costs)))
     for policy in (Colocate(), Async(2, 2), Elastic()):
         out = Simulator(trace, costs, policy).run()
