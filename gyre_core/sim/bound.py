@@ -43,7 +43,7 @@ def rollout_path(r: TraceRollout, c: CostModel) -> float:
 
 def step_time(tokens: int, c: CostModel) -> float:
     """The shortest a step training ``tokens`` can take: on every unit at once."""
-    return c.step_overhead_s + tokens / (c.train_tok_s * c.units)
+    return c.step_s(tokens, c.units)
 
 
 def _step_times(c: CostModel, steps: int, step_tokens: Sequence[int]) -> list[float]:

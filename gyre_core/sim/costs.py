@@ -83,6 +83,10 @@ class CostModel:
         """Tokens/s of each of ``n`` sequences decoding together on one unit."""
         return self.decode_peak_tok_s / (max(n, 1) + self.decode_half)
 
+    def step_s(self, tokens: int, units: int) -> float:
+        """How long a training step of ``tokens`` takes on ``units`` training units."""
+        return self.step_overhead_s + tokens / (self.train_tok_s * units)
+
     @property
     def best_decode_tok_s(self) -> float:
         """A unit's throughput at its sequence cap: the most it ever decodes."""

@@ -391,7 +391,7 @@ class Simulator:
         for u in units:
             switch.account(self, u)
         self.training, self.step_units = True, units
-        secs = self.costs.step_overhead_s + tokens / (self.costs.train_tok_s * len(units))
+        secs = self.costs.step_s(tokens, len(units))
         self.push(self.t + secs, STEP, step)
 
     def on_step(self, step: int, _: int) -> bool:
