@@ -51,6 +51,10 @@ class SchedulerConfig:
                           choices=("migrate", "restart"))  # fmt: skip
     drain_deadline_s: float = _f(2.0, "in-flight calls may finish this long before moving",
                                  min=0.0)  # fmt: skip
+    batch_order: str = _f("arrival", "which finished rollouts a step trains: 'arrival' = the "
+                          "first to finish; 'index' = the step's own tasks, as colocate "
+                          "would (waits for its slowest; runs repeat closer)",
+                          choices=("arrival", "index"))  # fmt: skip
 
 
 @dataclass(slots=True)

@@ -23,6 +23,7 @@ from gyre_core.cli import predict
 from gyre_core.cli.common import positive_int
 from gyre_core.cluster import Cluster, ClusterError
 from gyre_core.events import JsonlSink
+from gyre_core.scheduler import batching
 from gyre_core.scheduler.policies import POLICIES, Async, make_policy
 from gyre_core.sim.compare import compare
 from gyre_core.sim.costs import CostError, CostModel
@@ -59,6 +60,12 @@ def register(groups: Sub) -> None:
     r.add_argument("--workload", required=True, metavar="TRACE")
     r.add_argument("--policy", choices=POLICIES, required=True)
     r.add_argument("--split", metavar="R:T", help="async: rollout units : training units")
+    r.add_argument(
+        "--batch-order",
+        choices=batching.ORDERS,
+        default=batching.ARRIVAL,
+        help="which finished rollouts a step trains (gyre_core/scheduler/batching.py)",
+    )
     _cost_options(r)
     r.add_argument("--events", metavar="EVENTS.jsonl", help="write every event, one a line")
     r.add_argument("--json", action="store_true", help="print one JSON object")
@@ -195,10 +202,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.events:
         with open(args.events, "w", encoding="utf-8") as fh:
             summary = Simulator(
-                trace, costs, policy, mode=args.switch_mode, sink=JsonlSink(fh)
+                trace,
+                costs,
+                policy,
+                mode=args.switch_mode,
+                batch_order=args.batch_order,
+                sink=JsonlSink(fh),
             ).run()
     else:
-        summary = Simulator(trace, costs, policy, mode=args.switch_mode).run()
+        summary = Simulator(
+            trace, costs, policy, mode=args.switch_mode, batch_order=args.batch_order
+        ).run()
     if isinstance(policy, Async):
         summary["split"] = f"{policy.rollout_units}:{policy.train_units}"
     if args.json:

@@ -343,6 +343,7 @@ def _calibrate(workdir: Path, cfg: RunConfig, loop: Loop, router: TimedRouter,
             else None
         ),
         "switch_mode": cfg.scheduler.switch_mode,
+        "batch_order": cfg.scheduler.batch_order,
         "actual_s": round(spans[-1][1] - loop_start, 3),
         "compared": "control loop start (engines up, initial roles taken, benchmark done) "
         "to the end of the last step (its weight publication, bookkeeping and checkpoint)",
@@ -404,7 +405,8 @@ def predict(workdir: Path, *, policy: str | None = None) -> dict[str, Any]:
         r, t = (int(x) for x in str(report["split"]).split(":"))
         split = (r, t)
     sim = Simulator(trace, costs, make_policy(name, costs.units, split),
-                    mode=str(report.get("switch_mode", "migrate"))).run()  # fmt: skip
+                    mode=str(report.get("switch_mode", "migrate")),
+                    batch_order=str(report.get("batch_order", "arrival"))).run()  # fmt: skip
     predicted = float(sim["makespan_s"])
     actual = float(report["actual_s"])
     return {

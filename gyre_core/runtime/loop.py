@@ -32,6 +32,7 @@ from gyre_core import events as ev
 from gyre_core.cluster import IDLE, ROLLOUT, SWITCHING, TRAIN
 from gyre_core.rollout.router import Router
 from gyre_core.runtime.ray_backend import RayEngine
+from gyre_core.scheduler import batching
 from gyre_core.scheduler.base import Policy, Snapshot
 from gyre_core.trajectory.format import Rollout
 
@@ -75,12 +76,13 @@ class Loop:
                  trainer_config: dict[str, Any], sink: ev.EventSink, clock: Callable[[], float],
                  start_session: Callable[[int], Any], total: int, per_step: int, steps: int,
                  staleness: int, drain_s: float, on_step: Callable[[list[Rollout], dict[str, Any]], None],
-                 ready: list[Rollout] | None = None, pending: list[int] | None = None) -> None:  # fmt: skip
+                 ready: list[Rollout] | None = None, pending: list[int] | None = None,
+                 batch_order: str = batching.ARRIVAL) -> None:  # fmt: skip
         self.policy, self.units, self.router, self.trainer = policy, units, router, trainer
         self.trainer_config, self.sink, self.clock = trainer_config, sink, clock
         self.start_session, self.on_step = start_session, on_step
         self.total, self.per_step, self.steps = total, per_step, steps
-        self.staleness, self.drain_s = staleness, drain_s
+        self.staleness, self.drain_s, self.batch_order = staleness, drain_s, batch_order
         self.ready: list[Rollout] = list(ready or [])
         self.pending: list[int] = list(range(total) if pending is None else pending)
         self.sessions: dict[int, asyncio.Task[Rollout]] = {}
@@ -155,6 +157,7 @@ class Loop:
         calls = self.router.calls_by_engine()
         pinned = self.router.sessions_by_engine()
         started = self.total - len(self.pending)
+        usable = [self.ready[p] for p in self._usable()]
         return Snapshot(
             t=self.clock(),
             roles=tuple(s.role for s in live),
@@ -164,8 +167,8 @@ class Loop:
             queued_calls=0,
             active_sessions=len(self.sessions),
             calls_in_flight=sum(calls.values()),
-            ready=len(self.ready),
-            ready_tokens=sum(_tokens(r) for r in self.ready),
+            ready=len(usable),
+            ready_tokens=sum(_tokens(r) for r in usable),
             started=started - (self.total - self.steps * self.per_step),
             remaining=len(self.pending),
             version=self.trainer.version,
@@ -177,6 +180,11 @@ class Loop:
             switch_s=_mean(self.counters.switch_s, 1.0),
             train_tok_s=_rate(self.counters),
         )
+
+    def _usable(self) -> list[int]:
+        """Positions in ``ready`` in the order the next steps train them (batching.py)."""
+        return batching.usable([rollout_index(r) for r in self.ready], self.per_step,
+                               self.trainer.version, self.batch_order)  # fmt: skip
 
     # ------------------------------------------------------------------ role switches
 
@@ -241,8 +249,12 @@ class Loop:
     async def _train_step(self) -> None:
         started = self.clock()
         try:
-            batch, self.ready = self.ready[: self.per_step], self.ready[self.per_step :]
             version = self.trainer.version
+            picked = self._usable()[: self.per_step]
+            if len(picked) < self.per_step:  # the policy starts a step only on a full batch
+                return
+            batch, chosen = [self.ready[p] for p in picked], set(picked)
+            self.ready = [r for p, r in enumerate(self.ready) if p not in chosen]
             t0 = time.perf_counter()
             samples = self.trainer.prepare(batch, version)
             from gyre_core.train.losses import count_fresh
@@ -313,6 +325,11 @@ class Loop:
         await asyncio.gather(*self.sessions.values(), return_exceptions=True)
         self.sessions.clear()
         await asyncio.gather(*self.background, return_exceptions=True)
+
+
+def rollout_index(r: Rollout) -> int:
+    """The session index a run's rollout was started with (its id is ``r<index>``)."""
+    return int(r.rollout_id[1:])
 
 
 def _tokens(r: Rollout) -> int:

@@ -134,7 +134,7 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
                 start_session=lambda i: factory.session(i, router, loop), total=total,
                 per_step=per_step, steps=cfg.steps, staleness=cfg.scheduler.staleness_bound,
                 drain_s=cfg.scheduler.drain_deadline_s, on_step=on_step, ready=ready,
-                pending=pending)  # fmt: skip
+                pending=pending, batch_order=cfg.scheduler.batch_order)  # fmt: skip
     router.on_dead = loop.mark_dead
     router.on_migrate = factory.migrated
     # Bring every unit up in its initial role (engines load the current weights).

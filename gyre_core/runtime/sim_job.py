@@ -44,7 +44,14 @@ def run_sim(
     if progress:
         progress(f"sim: {rollouts} {s.workload} rollouts on {s.gpus} GPUs, policy {cfg.policy}")
     t0 = time.perf_counter()
-    summary = Simulator(trace, costs, policy, mode=cfg.scheduler.switch_mode, sink=sink).run()
+    summary = Simulator(
+        trace,
+        costs,
+        policy,
+        mode=cfg.scheduler.switch_mode,
+        batch_order=cfg.scheduler.batch_order,
+        sink=sink,
+    ).run()
     summary.update(
         policy=cfg.policy, backend="sim", status="succeeded",
         sim_wall_s=round(time.perf_counter() - t0, 3),

@@ -21,6 +21,7 @@ from typing import Any
 
 from gyre_core import events as ev
 from gyre_core.cluster import ROLLOUT, SWITCHING, TRAIN, Cluster
+from gyre_core.scheduler import batching
 from gyre_core.scheduler.base import Decision, Policy, Snapshot
 from gyre_core.sim import switch
 from gyre_core.sim.costs import CostModel
@@ -76,11 +77,16 @@ class Simulator:
         policy: Policy,
         *,
         mode: str = "migrate",
+        batch_order: str = batching.ARRIVAL,
         sink: ev.EventSink | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"--switch-mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if batch_order not in batching.ORDERS:
+            raise ValueError(f"--batch-order must be one of {', '.join(batching.ORDERS)}, "
+                             f"got {batch_order!r}")  # fmt: skip
         self.costs, self.policy, self.mode = costs, policy, mode
+        self.batch_order = batch_order
         self.sink = sink or ev.NullSink()
         self.cluster = Cluster(costs.gpus, costs.gpus_per_unit, costs.gpus_per_node)
         self.steps_total = len(trace) // costs.rollouts_per_step
@@ -151,6 +157,13 @@ class Simulator:
     def snapshot(self) -> Snapshot:
         c = self.costs
         started = len(self.sessions)
+        ready, ready_tokens = len(self.ready), self.ready_tokens
+        if self.batch_order != batching.ARRIVAL:  # only the batches steps can take next
+            usable = batching.usable(
+                self.ready, c.rollouts_per_step, self.version, self.batch_order
+            )
+            ready = len(usable)
+            ready_tokens = sum(self.sessions[self.ready[p]].tokens for p in usable)
         return Snapshot(
             t=self.t,
             roles=tuple(self.cluster.roles),
@@ -163,8 +176,8 @@ class Simulator:
             queued_calls=len(self.router),
             active_sessions=self.live,
             calls_in_flight=self.in_flight,
-            ready=len(self.ready),
-            ready_tokens=self.ready_tokens,
+            ready=ready,
+            ready_tokens=ready_tokens,
             started=started,
             remaining=len(self.trace) - started,
             version=self.version,
@@ -374,7 +387,14 @@ class Simulator:
         b = self.costs.rollouts_per_step
         if self.training or not units or len(self.ready) < b:
             return
-        batch, self.ready = self.ready[:b], self.ready[b:]
+        if self.batch_order == batching.ARRIVAL:
+            batch, self.ready = self.ready[:b], self.ready[b:]
+        else:
+            picked = batching.take(self.ready, b, self.version, self.batch_order)
+            if picked is None:
+                return
+            batch, chosen = [self.ready[p] for p in picked], set(picked)
+            self.ready = [i for p, i in enumerate(self.ready) if p not in chosen]
         self.ready_tokens -= sum(self.sessions[i].tokens for i in batch)
         step = self.version + 1
         tokens = 0

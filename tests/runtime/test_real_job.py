@@ -177,3 +177,15 @@ def test_a_colocate_run_repeats_exactly(ray_cluster, tmp_path):
     assert weights_a.keys() == weights_b.keys()
     diff = max(float((weights_a[k] - weights_b[k]).abs().max()) for k in weights_a)
     assert diff == 0.0
+
+
+def test_index_batch_order_trains_each_steps_own_rollouts(ray_cluster, model_dir, tmp_path):
+    scheduler = {"policy": "async", "drain_deadline_s": 0.0, "batch_order": "index"}
+    sink = ListSink()
+    out = run_job(_cfg(model_dir, steps=3, scheduler=scheduler), sink=sink, workdir=tmp_path)
+    assert out["status"] == "succeeded" and out["steps"] == 3
+    written = [e for e in sink.events if e.kind == "rollouts_written"]
+    assert [e.step for e in written] == [1, 2, 3]
+    for e in written:  # step k trains sessions 2(k-1) and 2(k-1)+1: its own task's group
+        ids = sorted(r.rollout_id for r in read_rollouts(e.path))
+        assert ids == [f"r{2 * (e.step - 1)}", f"r{2 * (e.step - 1) + 1}"]
