@@ -13,7 +13,12 @@
   ``mode="restart"`` (the baseline) the tokens are discarded and the call starts over.
 * **Death.** If an engine's ``generate`` raises ``RuntimeError`` or ``OSError`` (which covers
   ``ConnectionError``), the engine is marked dead and the call continues elsewhere with the
-  tokens known so far (none: an exception carries no partial tokens).
+  tokens known so far (none: an exception carries no partial tokens). An engine whose
+  ``load()`` raises ``ConnectionError`` is dead too: it never looks idle to the choice.
+  Engines may carry a failure *domain* (their node): a call continued after its engine's
+  death goes to another domain while one has a live engine, since the dead engine's
+  neighbours may be going with it (a lost node takes all its engines, and Ray reports
+  their deaths one at a time).
 
 * **Scores** (teacher forcing, :meth:`Router.score`: a scripted agent's oracle text) are
   routed like calls -- same affinity and least-loaded choice, among engines that implement
@@ -79,6 +84,7 @@ class Router:
         self._engines: dict[str, Engine] = dict(engines)
         self._draining: set[str] = set()
         self._dead: set[str] = set()
+        self._domain: dict[str, str] = {}  # engine -> failure domain ("" = unknown)
         self._sessions: dict[str, str] = {}  # session -> engine of its last call
         self._calls: dict[str, _Call] = {}  # caller's request_id -> current attempt
         # Hooks for the runtime: an engine found dead; a call continued on another engine
@@ -88,17 +94,33 @@ class Router:
 
     # ------------------------------------------------------------------ membership
 
-    def add(self, name: str, engine: Engine) -> None:
-        """Add (or bring back) an engine; it is live and accepts calls."""
+    def add(self, name: str, engine: Engine, *, domain: str = "") -> None:
+        """Add (or bring back) an engine; it is live and accepts calls. ``domain`` names
+        what fails together with it (its node); "" leaves it unknown."""
         self._engines[name] = engine
+        self._domain[name] = domain
         self._draining.discard(name)
         self._dead.discard(name)
 
     def remove(self, name: str) -> None:
         """Forget an engine (drain it first to move its calls)."""
         self._engines.pop(name, None)
+        self._domain.pop(name, None)
         self._draining.discard(name)
         self._dead.discard(name)
+
+    def mark_dead(self, name: str) -> None:
+        """Take an engine out of rotation as dead, from outside (its node was reported
+        lost); its calls in flight fail over when their engine raises. No ``on_dead``."""
+        if name in self._engines:
+            self._dead.add(name)
+
+    def _died(self, name: str) -> None:
+        if name in self._dead:
+            return
+        self._dead.add(name)
+        if self.on_dead is not None:
+            self.on_dead(name)
 
     def live(self) -> list[str]:
         return [n for n in self._engines if n not in self._draining and n not in self._dead]
@@ -135,11 +157,11 @@ class Router:
             raise ValueError(f"request_id {request_id!r} is already in flight")
         kept = Completion([], [], [], "abort")
         attempt = 0
-        previous = ""
+        previous = avoid = ""
         while True:
             if len(kept.token_ids) >= params.max_tokens:  # nothing left to generate
                 return _finish(kept, "length", len(prompt_ids))
-            name = await self._pick(session_id)
+            name = await self._pick(session_id, avoid=avoid)
             engine = self._engines.get(name)
             if engine is None or name in self._draining or name in self._dead:
                 continue  # it left rotation while the loads were being read: pick again
@@ -158,9 +180,8 @@ class Router:
             try:
                 out = await engine.generate(prompt, sub, request_id=call.request_id)
             except (RuntimeError, OSError):
-                self._dead.add(name)
-                if self.on_dead is not None:
-                    self.on_dead(name)
+                self._died(name)
+                avoid = self._domain.get(name, "")
                 self.stats.calls_migrated += 1
                 attempt += 1
                 continue
@@ -190,8 +211,9 @@ class Router:
         if request_id in self._calls:
             raise ValueError(f"request_id {request_id!r} is already in flight")
         attempt = 0
+        avoid = ""
         while True:
-            name = await self._pick(session_id, scoring=True)
+            name = await self._pick(session_id, scoring=True, avoid=avoid)
             engine = self._engines.get(name)
             if (
                 not isinstance(engine, ScoringEngine)
@@ -207,9 +229,8 @@ class Router:
             try:
                 out = await engine.score(prompt_ids, completion_ids, request_id=call.request_id)
             except (RuntimeError, OSError):
-                self._dead.add(name)
-                if self.on_dead is not None:
-                    self.on_dead(name)
+                self._died(name)
+                avoid = self._domain.get(name, "")
                 attempt += 1
                 continue
             finally:
@@ -248,12 +269,16 @@ class Router:
 
     # ------------------------------------------------------------------ choice
 
-    async def _pick(self, session_id: str, *, scoring: bool = False) -> str:
+    async def _pick(self, session_id: str, *, scoring: bool = False, avoid: str = "") -> str:
+        """The engine for a session's next call. ``avoid``: a failure domain that just lost
+        an engine; its engines are used only when no other domain has a live one."""
+
         def candidates() -> list[str]:
             names = self.live()
             if scoring:
                 names = [n for n in names if isinstance(self._engines[n], ScoringEngine)]
-            return names
+            away = [n for n in names if self._domain.get(n, "") != avoid]
+            return away if avoid and away else names
 
         live = candidates()
         deadline = asyncio.get_running_loop().time() + self.wait_s
@@ -266,7 +291,11 @@ class Router:
                 f"(engines={sorted(self._engines)}, "
                 f"draining={sorted(self._draining)}, dead={sorted(self._dead)})"
             )
-        loads = {n: await self._load(n) for n in live}
+        read = {n: await self._load(n) for n in live}
+        loads = {n: x for n, x in read.items() if x is not None}
+        if not loads:  # every candidate died while its load was read: choose again
+            return await self._pick(session_id, scoring=scoring, avoid=avoid)
+        live = list(loads)
         least = min(loads.values())
         last = self._sessions.get(session_id)
         if last in loads and loads[last] <= least + self.affinity_slack:
@@ -277,14 +306,18 @@ class Router:
                 pinned[n] += 1
         return min(live, key=lambda n: (loads[n], pinned[n]))
 
-    async def _load(self, name: str) -> int:
+    async def _load(self, name: str) -> int | None:
+        """Calls on ``name`` (running + waiting); None when it died while being asked."""
         mine = sum(1 for c in self._calls.values() if c.engine == name)
         engine = self._engines.get(name)  # it may have left while other loads were read
         if engine is None:
             return mine
         try:
             load = await engine.load()
-        except (RuntimeError, OSError):
+        except ConnectionError:  # the engine is gone (a lost actor or server)
+            self._died(name)
+            return None
+        except (RuntimeError, OSError):  # a slow or failed read: count the router's calls
             return mine
         return max(mine, load.running + load.waiting)
 

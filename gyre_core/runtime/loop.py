@@ -219,7 +219,7 @@ class Loop:
         engine = RayEngine(slot.actor, version)
         if self.trainer.version != version:  # a step published while the engine loaded
             await engine.publish(self.state_ref, self.trainer.version)
-        self.router.add(slot.name, engine)
+        self.router.add(slot.name, engine, domain=slot.node)
 
     def _reference(self) -> Any:
         """The KL reference's weights for a unit that starts training (None without a
@@ -239,10 +239,19 @@ class Loop:
         slot.role = role
 
     def mark_dead(self, name: str) -> None:
-        for slot in self.units:
-            if slot.name == name and not slot.dead:
-                slot.dead = True
-                self._role(slot, IDLE)
+        """A unit found dead leaves the pool. When Ray reports its node dead, the node's
+        other units leave with it, before a call is sent to one of them."""
+        hit = [s for s in self.units if s.name == name and not s.dead]
+        for slot in hit:
+            slot.dead = True
+            self._role(slot, IDLE)
+        for slot in hit:
+            if slot.node and not node_alive(slot.node):
+                for peer in self.units:
+                    if peer.node == slot.node and not peer.dead:
+                        peer.dead = True
+                        self._role(peer, IDLE)
+                        self.router.mark_dead(peer.name)
 
     # ------------------------------------------------------------------ training
 
@@ -347,6 +356,15 @@ def _rate(c: Counters) -> float:
 
 def _cpu_state(trainer: Any) -> dict[str, Any]:
     return {k: v.detach().cpu().clone() for k, v in trainer.model.state_dict().items()}
+
+
+def node_alive(node_id: str) -> bool:
+    """Whether Ray's control store holds ``node_id`` alive (True when it cannot say)."""
+    try:
+        nodes = ray.nodes()  # type: ignore[no-untyped-call]
+    except Exception:  # the answer only widens a loss already seen
+        return True
+    return all(bool(n.get("Alive")) for n in nodes if n.get("NodeID") == node_id)
 
 
 def role_counts(units: list[UnitSlot]) -> dict[str, int]:

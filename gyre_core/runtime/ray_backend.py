@@ -220,8 +220,8 @@ class RayEngine:
     async def load(self) -> EngineLoad:
         try:
             out: EngineLoad = await self.actor.load.remote()
-        except RayActorError:
-            return EngineLoad(0, 0)
+        except RayActorError as exc:  # a dead unit must not look idle to the router
+            raise ConnectionError(f"unit actor died: {exc}") from None
         return out
 
 

@@ -195,3 +195,44 @@ def test_no_engine_is_a_clear_error() -> None:
         asyncio.run(run())
     router.add("a", a)  # rejoins rollout
     assert len(asyncio.run(router.generate("s", PROMPT, SHORT, request_id="r")).token_ids) == 6
+
+
+class _Gone(_Dying):
+    """An engine whose process is gone: every call and every load read fails."""
+
+    def __init__(self, inner: TorchEngine) -> None:
+        super().__init__(inner, dead_at_start=True)
+
+    async def load(self) -> EngineLoad:
+        raise ConnectionError("engine is gone")
+
+
+def test_a_call_leaves_the_failure_domain_of_its_dead_engine() -> None:
+    """a and b share node n1; a dies under the call. b looks as idle as c and comes first
+    in order, yet the call moves to c on n2: b may be going down with a."""
+    a, b = _engines()
+    c = TorchEngine(_model(), version=2)
+    router = Router({})
+    router.add("a", _Dying(a, dead_at_start=True), domain="n1")
+    router.add("b", b, domain="n1")
+    router.add("c", c, domain="n2")
+    dead: list[str] = []
+    router.on_dead = dead.append
+    out = asyncio.run(router.generate("s", PROMPT, SHORT, request_id="r"))
+    assert out.versions == [2] * 6 and router.session_engine("s") == "c"
+    assert dead == ["a"] and router.live() == ["b", "c"]  # b was avoided, not declared dead
+    # with no other domain left, the dead engine's neighbour still serves
+    router.mark_dead("c")
+    out = asyncio.run(router.generate("s2", PROMPT, SHORT, request_id="r2"))
+    assert out.versions == [1] * 6 and dead == ["a"]  # mark_dead from outside: no on_dead
+
+
+def test_an_engine_whose_load_fails_is_dead_not_idle() -> None:
+    """The dead engine first in order would win on load 0; its failed read retires it."""
+    a, b = _engines()
+    router = Router({"x": _Gone(a), "b": b})
+    dead: list[str] = []
+    router.on_dead = dead.append
+    out = asyncio.run(router.generate("s", PROMPT, SHORT, request_id="r"))
+    assert out.versions == [1] * 6 and router.live() == ["b"] and dead == ["x"]
+    assert router.stats.calls_migrated == 0  # it never got the call
