@@ -23,9 +23,14 @@ Design (continuous batching over one left-padded KV cache)
   decode costs one batched forward per token for the whole batch.
 
 * **Sampling** happens per row on CPU float32 logits: greedy (``argmax``) at temperature 0,
-  otherwise temperature scaling, then top-p (nucleus) filtering, then ``multinomial`` with a
-  per-request ``torch.Generator`` seeded from ``SamplingParams.seed`` (or a fresh random
-  seed). The recorded **behaviour logprob** is ``log_softmax`` of the model's raw logits at
+  otherwise temperature scaling, then top-p (nucleus) filtering, then inverse-CDF sampling
+  with one uniform draw per token that depends only on ``SamplingParams.seed`` (or a fresh
+  random seed) and the token's absolute position in the sequence (:func:`position_uniform`).
+  A call that migrates continues on another engine as ``prompt + tokens kept``, so its later
+  tokens get exactly the draws they would have had on the first engine: with the same weights
+  a migrated call samples the very tokens an unmoved one does, and under other weights the
+  same draw picks the same token unless the probabilities moved across it (two runs whose
+  policies differ a little sample nearly the same rollouts). The recorded **behaviour logprob** is ``log_softmax`` of the model's raw logits at
   temperature 1 with no top-p shaping -- the quantity the trainer recomputes -- not the
   probability under the shaped sampling distribution.
 * **Stop tokens** are included in ``token_ids`` (with their logprob), finish_reason ``"stop"``;
@@ -65,7 +70,7 @@ class _Request:
     prompt_ids: list[int]
     params: SamplingParams
     future: asyncio.Future[Completion]
-    generator: torch.Generator
+    seed: int
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
@@ -124,8 +129,7 @@ class TorchEngine:
         self._ensure_loop()
         assert self._loop is not None and self._wake is not None
         seed = params.seed if params.seed is not None else random.getrandbits(63)
-        gen = torch.Generator().manual_seed(seed)
-        req = _Request(request_id, list(prompt_ids), params, self._loop.create_future(), gen)
+        req = _Request(request_id, list(prompt_ids), params, self._loop.create_future(), seed)
         self._waiting.append(req)
         self._by_id[request_id] = req
         self._wake.set()
@@ -328,7 +332,8 @@ class TorchEngine:
                 drop = torch.cumsum(sorted_p, dim=-1) - sorted_p >= p.top_p
                 sorted_p[drop] = 0.0
                 probs = torch.zeros_like(probs).scatter_(0, order, sorted_p)
-            tok = int(torch.multinomial(probs, 1, generator=req.generator))
+            u = position_uniform(req.seed, len(req.prompt_ids) + len(req.token_ids))
+            tok = _inverse_cdf(probs, u)
         req.token_ids.append(tok)
         req.logprobs.append(float(logp[tok]))
         req.versions.append(version)
@@ -416,3 +421,30 @@ def _load_checkpoint(path: str | Path) -> dict[str, Any]:
     for f in files:
         state.update(load_file(str(f)))
     return state
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def position_uniform(seed: int, position: int) -> float:
+    """A uniform draw in [0, 1) for the token at ``position`` (0-based, prompt included) of
+    a call seeded ``seed``: two rounds of splitmix64 over the pair, so neighbouring seeds and
+    positions give unrelated draws. Pure: the same pair always gives the same draw."""
+    x = (seed * 0x9E3779B97F4A7C15 + position) & _MASK64
+    for _ in range(2):
+        x = (x + 0x9E3779B97F4A7C15) & _MASK64
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+        x ^= x >> 31
+    return (x >> 11) / float(1 << 53)
+
+
+def _inverse_cdf(probs: torch.Tensor, u: float) -> int:
+    """The token whose cumulative-probability interval holds ``u`` (times the total); a
+    token of probability 0 has an empty interval and is never chosen."""
+    cdf = torch.cumsum(probs.double(), dim=-1)
+    idx = int(torch.searchsorted(cdf, torch.tensor([u * float(cdf[-1])], dtype=cdf.dtype),
+                                 right=True)[0])  # fmt: skip
+    if idx >= cdf.numel():  # u * total rounded up to the total: the last token with mass
+        idx = int(torch.nonzero(probs > 0)[-1, 0])
+    return idx

@@ -108,12 +108,14 @@ def test_affinity_and_spread() -> None:
     assert router.stats.routed == {"a": 3, "b": 3}  # each session stayed on its engine
 
 
-def _drain_scenario(mode: str) -> tuple[Router, Completion, TorchEngine]:
+def _drain_scenario(
+    mode: str, params: SamplingParams = LONG
+) -> tuple[Router, Completion, TorchEngine]:
     a, b = _engines()
     router = Router({"a": a, "b": b}, mode=mode)  # type: ignore[arg-type]
 
     async def run() -> Completion:
-        call = asyncio.ensure_future(router.generate("s", PROMPT, LONG, request_id="r"))
+        call = asyncio.ensure_future(router.generate("s", PROMPT, params, request_id="r"))
         await _until_running(a)
         await asyncio.sleep(0.05)  # let it decode some tokens; the pause below makes it safe
         await a.pause()  # still running at the deadline, however fast the machine is
@@ -141,6 +143,20 @@ def test_drain_migrates_call_without_restart(reference: Completion) -> None:
     s = router.stats
     assert s.calls_migrated == 1 and s.sessions_restarted == 0 and s.tokens_discarded == 0
     assert s.tokens_reprefilled == len(PROMPT) + kept
+
+
+def test_a_sampled_call_migrates_as_if_it_never_moved() -> None:
+    """Sampling at temperature 1 (near-uniform on this untrained model, so any other draw
+    shows at once): the migrated call's tokens are exactly those of the call left alone,
+    since each token's draw depends on its seed and position, not on the engine."""
+    sampled = SamplingParams(max_tokens=300, temperature=1.0, seed=42)
+    alone = asyncio.run(TorchEngine(_model()).generate(PROMPT, sampled, request_id="x"))
+    router, out, _ = _drain_scenario("migrate", sampled)
+    kept = out.versions.count(0)
+    assert router.stats.calls_migrated == 1 and 0 < kept < 300
+    assert out.token_ids == alone.token_ids
+    assert out.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
+    assert len(set(alone.token_ids)) > 50  # it did sample: a greedy run would repeat
 
 
 def test_drain_restart_mode_discards(reference: Completion) -> None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
 import torch
 
 from gyre_core.rollout.engine import Completion, SamplingParams
-from gyre_core.rollout.torch_engine import TorchEngine
+from gyre_core.rollout.torch_engine import TorchEngine, _inverse_cdf, position_uniform
 from gyre_core.train.model import build_model, tiny_qwen3_config
 
 VOCAB = 97
@@ -95,6 +97,24 @@ def test_seeded_sampling_reproducible_and_limits() -> None:
     assert s.token_ids == a.token_ids[: first + 1]
     one = _gen(eng, _prompt(4), SamplingParams(max_tokens=1, temperature=0.0), "o")
     assert len(one.token_ids) == 1 and one.finish_reason == "length"
+
+
+def test_position_draws_sample_the_distribution() -> None:
+    """Inverse-CDF sampling over position-keyed draws gives each token its probability,
+    never one of probability 0, and neighbouring seeds or positions give unrelated draws."""
+    probs = torch.tensor([0.5, 0.0, 0.3, 0.2])
+    n = 20_000
+    counts = Counter(_inverse_cdf(probs, position_uniform(9, pos)) for pos in range(n))
+    assert counts[1] == 0
+    for tok, p in ((0, 0.5), (2, 0.3), (3, 0.2)):
+        assert abs(counts[tok] / n - p) < 0.015, (tok, counts)
+    assert _inverse_cdf(probs, 0.0) == 0 and _inverse_cdf(probs, 1.0 - 1e-16) == 3
+    by_seed = [position_uniform(s, 5) for s in range(n)]
+    assert abs(sum(by_seed) / n - 0.5) < 0.01 and min(by_seed) >= 0 and max(by_seed) < 1
+    pairs = list(pairwise(by_seed))  # lag-1 correlation across seeds
+    mean = sum(by_seed) / n
+    cov = sum((x - mean) * (y - mean) for x, y in pairs) / len(pairs)
+    assert abs(cov / (1 / 12)) < 0.03
 
 
 def _asdict(sp: SamplingParams) -> dict[str, object]:
