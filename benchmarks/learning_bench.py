@@ -143,6 +143,28 @@ def compare_repeats(rows: list[dict[str, Any]]) -> None:
               f"{weights_diff(Path(a['workdir']), Path(b['workdir']))}")  # fmt: skip
 
 
+def compare_to_colocate(rows: list[dict[str, Any]]) -> None:
+    """For each run of another policy: the largest per-version difference of its benchmark
+    curve from the first colocate run of the same variant (``elastic-binary`` against
+    ``colocate-binary``), where both scored that version."""
+    colocate: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        policy, _, variant = row["name"].split("@")[0].partition("-")
+        if policy == "colocate":
+            colocate.setdefault(variant, row)
+    for row in rows:
+        policy, _, variant = row["name"].split("@")[0].partition("-")
+        ref = colocate.get(variant)
+        if policy == "colocate" or ref is None:
+            continue
+        diffs = {v: row["benchmark_curve"][v] - ref["benchmark_curve"][v]
+                 for v in row["benchmark_curve"] if v in ref["benchmark_curve"]}  # fmt: skip
+        worst = max(diffs, key=lambda v: abs(diffs[v]), default=None)
+        text = f"{diffs[worst]:+.3f} at v{worst}" if worst is not None else "no common versions"
+        print(f"{row['name']} vs {ref['name']}: largest benchmark difference {text}; by version "
+              + " ".join(f"v{v}:{d:+.3f}" for v, d in diffs.items()))  # fmt: skip
+
+
 def weights_diff(a: Path, b: Path) -> str:
     """The largest weight difference of two runs at each checkpoint both saved."""
     from safetensors.torch import load_file
@@ -197,6 +219,7 @@ def main() -> int:
             flush=True,
         )
     compare_repeats(rows)
+    compare_to_colocate(rows)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(rows, indent=2))
     return 0
