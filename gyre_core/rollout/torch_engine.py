@@ -30,7 +30,8 @@ Design (continuous batching over one left-padded KV cache)
   tokens get exactly the draws they would have had on the first engine: with the same weights
   a migrated call samples the very tokens an unmoved one does, and under other weights the
   same draw picks the same token unless the probabilities moved across it (two runs whose
-  policies differ a little sample nearly the same rollouts). The recorded **behaviour logprob** is ``log_softmax`` of the model's raw logits at
+  policies differ a little sample nearly the same rollouts).
+  The recorded **behaviour logprob** is ``log_softmax`` of the model's raw logits at
   temperature 1 with no top-p shaping -- the quantity the trainer recomputes -- not the
   probability under the shaped sampling distribution.
 * **Stop tokens** are included in ``token_ids`` (with their logprob), finish_reason ``"stop"``;

@@ -31,6 +31,7 @@ import ray
 from gyre_core import events as ev
 from gyre_core.cluster import IDLE, ROLLOUT, SWITCHING, TRAIN
 from gyre_core.rollout.router import Router
+from gyre_core.runtime.inventory import read_inventory
 from gyre_core.runtime.ray_backend import RayEngine
 from gyre_core.scheduler import batching
 from gyre_core.scheduler.base import Policy, Snapshot
@@ -204,8 +205,7 @@ class Loop:
             elif to == ROLLOUT:
                 await self.start_engine(slot)
         except ray.exceptions.RayActorError:
-            slot.dead = True
-            self._role(slot, IDLE)
+            self._lose(slot)
             return
         finally:
             slot.busy = False
@@ -242,16 +242,16 @@ class Loop:
         """A unit found dead leaves the pool. When Ray reports its node dead, the node's
         other units leave with it, before a call is sent to one of them."""
         hit = [s for s in self.units if s.name == name and not s.dead]
-        for slot in hit:
-            slot.dead = True
-            self._role(slot, IDLE)
-        for slot in hit:
-            if slot.node and not node_alive(slot.node):
-                for peer in self.units:
-                    if peer.node == slot.node and not peer.dead:
-                        peer.dead = True
-                        self._role(peer, IDLE)
-                        self.router.mark_dead(peer.name)
+        lost = {s.node for s in hit if s.node and not node_alive(s.node)}
+        peers = [s for s in self.units if s.node in lost and not s.dead and s not in hit]
+        for slot in hit + peers:
+            self._lose(slot)
+        for slot in peers:
+            self.router.mark_dead(slot.name)
+
+    def _lose(self, slot: UnitSlot) -> None:
+        slot.dead = True
+        self._role(slot, IDLE)
 
     # ------------------------------------------------------------------ training
 
@@ -359,12 +359,12 @@ def _cpu_state(trainer: Any) -> dict[str, Any]:
 
 
 def node_alive(node_id: str) -> bool:
-    """Whether Ray's control store holds ``node_id`` alive (True when it cannot say)."""
+    """Whether Ray's inventory holds ``node_id`` alive (True when it cannot say)."""
     try:
-        nodes = ray.nodes()  # type: ignore[no-untyped-call]
+        records = read_inventory()
     except Exception:  # the answer only widens a loss already seen
         return True
-    return all(bool(n.get("Alive")) for n in nodes if n.get("NodeID") == node_id)
+    return all(r.alive for r in records if r.node_id == node_id)
 
 
 def role_counts(units: list[UnitSlot]) -> dict[str, int]:
