@@ -68,6 +68,9 @@ class RolloutConfig:
     context_budget: int = _f(768, "tokens of context before the model compacts it", min=64)
     max_new_tokens: int = _f(24, "tokens per LLM call", min=1)
     temperature: float = _f(1.0, "sampling temperature", min=0.0)
+    sample_seed: int = _f(0, "another draw of the same run: offsets only the rollouts' "
+                          "sampling seeds (tasks, model, warm start and benchmark stay those "
+                          "of `seed`); 0 = the draws `seed` gives", min=0)  # fmt: skip
     time_budget_s: float = _f(600.0, "wall seconds per rollout before it times out", min=0.0)
     token_budget: int = _f(4096, "generated tokens per rollout before it times out", min=1)
     tool_time_scale: float = _f(0.0, "real seconds slept per simulated tool second", min=0.0)

@@ -124,6 +124,12 @@ class SessionFactory:
         task = idx // g
         return task, f"step{idx // per_step}-task{task}", idx // per_step
 
+    def _sample_seed(self, idx: int) -> int:
+        """Rollout ``idx``'s sampling seed; ``rollout.sample_seed`` moves it to another
+        stream without touching the task (the env keeps ``seed * 1_000_003 + idx``)."""
+        base = self.cfg.seed * 1_000_003 + idx
+        return base + self.cfg.rollout.sample_seed * 0x9E3779B1 * 1_000_003
+
     async def session(self, idx: int, router: Router, loop: Loop) -> Rollout:
         task, group, step = self._group(idx)
         if self.first_rollout_at is None:
@@ -135,7 +141,7 @@ class SessionFactory:
             rollout = await run_session(
                 env, ModelAgent(router, self.tokenizer), self.tokenizer, self.harness,
                 rollout_id=f"r{idx}", group_id=group, sink=self.sink,
-                seed=self.cfg.seed * 1_000_003 + idx, step=step,
+                seed=self._sample_seed(idx), step=step,
             )  # fmt: skip
             credit = getattr(env, "credit", None)
             if self.cfg.rollout.reward == "partial" and callable(credit):

@@ -90,6 +90,33 @@ def test_session_reward_follows_the_configured_kind(model_dir) -> None:  # type:
     assert rewards["binary"][0] == float(rewards["binary"][1] >= 1.0)
 
 
+def test_sample_seed_redraws_the_rollout_on_the_same_task(model_dir) -> None:  # type: ignore[no-untyped-def]
+    from transformers import AutoModelForCausalLM
+
+    from gyre_core.rollout.router import Router
+    from gyre_core.rollout.torch_engine import TorchEngine
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+
+    def draw(sample_seed: int) -> tuple[list[int], list[list[int]]]:
+        d = {**LEARN, "model": {"checkpoint": str(model_dir)}}
+        d["rollout"] = {**LEARN["rollout"], "max_turns": 3, "sample_seed": sample_seed}  # type: ignore[dict-item]
+        factory = SessionFactory(RunConfig.from_dict(d), model_dir, ListSink(), lambda: 0.0)
+
+        async def one() -> object:
+            return await factory.session(0, Router({"e": TorchEngine(model)}), None)  # type: ignore[arg-type]
+
+        calls = asyncio.run(one()).calls  # type: ignore[attr-defined]
+        return list(calls[0].prompt_ids), [list(c.completion_ids) for c in calls]
+
+    first, again, other = draw(0), draw(0), draw(1)
+    assert first == again  # the default draw is the one `seed` always gave
+    assert other[0] == first[0]  # the same task: the same first observation
+    assert other[1] != first[1]  # sampled otherwise
+    with pytest.raises(ConfigError, match="sample_seed"):
+        RunConfig.from_dict({"rollout": {"sample_seed": -1}})
+
+
 def test_tied_embeddings_share_one_matrix(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from transformers import AutoModelForCausalLM
 
