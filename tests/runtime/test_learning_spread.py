@@ -1,0 +1,38 @@
+"""benchmarks/learning_spread.py: the spread of each policy's draws, and the versions where
+a run lies outside colocate's draws by more than the tolerance."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "learning_spread.py"
+
+
+def _file(path: Path, curves: dict[str, dict[int, float]]) -> str:
+    rows = [{"name": n, "benchmark_curve": {str(v): b for v, b in c.items()}}
+            for n, c in curves.items()]  # fmt: skip
+    path.write_text(json.dumps(rows))
+    return str(path)
+
+
+def test_spread_and_envelope(tmp_path: Path) -> None:
+    a = _file(tmp_path / "a.json", {"colocate": {0: 0.0, 2: 0.1, 4: 0.5},
+                                    "elastic": {0: 0.0, 2: 0.3, 4: 0.52, 6: 0.9}})  # fmt: skip
+    b = _file(tmp_path / "b.json", {"colocate": {0: 0.0, 2: 0.2, 4: 0.4}})
+    out = subprocess.run([sys.executable, str(SCRIPT), f"a={a}", f"b={b}"], capture_output=True,
+                         text=True, check=True, timeout=60).stdout  # fmt: skip
+    assert "| v2 | 0.100 | 0.200 | 0.300 | 0.100 | 0.000 |" in out
+    assert "v6" not in out.split("\n\n")[0]  # only versions every run scored
+    assert "colocate: 2 draw(s), largest spread 0.100 (v2)" in out
+    # 0.3 is 0.1 above colocate's highest draw at v2; 0.52 is within 0.05 of 0.5 at v4
+    assert "a:elastic: largest difference from a:colocate 0.200 (v2)" in out
+    assert "more than 0.05: 1 of 3 versions v2" in out
+
+
+def test_bad_argument_is_named(tmp_path: Path) -> None:
+    bad = subprocess.run([sys.executable, str(SCRIPT), "no-equals-sign"], capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert bad.returncode != 0 and "LABEL=FILE" in bad.stderr
