@@ -2,8 +2,8 @@
 
 For each training step ``k`` and its batch, rollouts ``(k-1)B .. kB-1`` (exactly what the
 step trains under ``--batch-order index``; under ``arrival``, the simulator's default and
-sim_bench.py's, what was admitted for it), it prints when that batch's rollouts were admitted and when its last one
-finished, the batch's slowest latency, when the step could start at the earliest
+sim_bench.py's, what was admitted for it), it prints when that batch's rollouts were
+admitted and when its last one finished, the batch's slowest latency, when the step could start at the earliest
 (``max(P_{k-1}, batch done)``), how long from there to its publication ``P_k``, and whether
 the step waited for its batch (*critical*: the batch finished after ``P_{k-1}``) or for the
 previous step. Then a summary: the period per step, the critical steps' batch latency and
@@ -28,6 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gyre_core import events as ev
+from gyre_core.cli.sim import parse_split
 from gyre_core.scheduler import batching
 from gyre_core.scheduler.policies import make_policy
 from gyre_core.sim.bound import rollout_path
@@ -56,11 +57,12 @@ def timeline(kind: Kind, gpus: int, rps: int, steps: int, policy: str,
             published.append(e.t)
     rows = []
     for k in range(1, len(published)):
-        ids = [r.rollout_id for r in trace[(k - 1) * rps : k * rps]]
+        batch = trace[(k - 1) * rps : k * rps]
+        ids = [r.rollout_id for r in batch]
         admitted = min(started[i] for i in ids)
         done = max(finished[i] for i in ids)
         latency = max(finished[i] - started[i] for i in ids)
-        alone = max(rollout_path(r, costs) for r in trace[(k - 1) * rps : k * rps])
+        alone = max(rollout_path(r, costs) for r in batch)
         syncs = sum(1 for t in published[1:] if admitted < t < done)
         earliest = max(published[k - 1], done)
         rows.append({"step": k, "admitted": admitted, "done": done, "latency": latency,
@@ -68,13 +70,6 @@ def timeline(kind: Kind, gpus: int, rps: int, steps: int, policy: str,
                      "earliest": earliest, "span": published[k] - earliest,
                      "published": published[k], "critical": done > published[k - 1]})  # fmt: skip
     return {"summary": summary, "rows": rows, "costs": costs}
-
-
-def _split(text: str) -> tuple[int, int]:
-    r, colon, t = text.partition(":")
-    if not (colon and r.isdigit() and t.isdigit()):
-        raise ValueError(f"--split wants R:T (two unit counts), got {text!r}")
-    return int(r), int(t)
 
 
 def main() -> None:
@@ -95,7 +90,8 @@ def main() -> None:
     )
     a = p.parse_args()
     try:
-        split = _split(a.split) if a.split else None
+        units = CostModel(gpus=a.gpus, rollouts_per_step=a.rollouts_per_step).units
+        split = parse_split(a.split, units) if a.split else None
         out = timeline(a.kind, a.gpus, a.rollouts_per_step, a.steps, a.policy,
                        split, a.seed, a.batch_order)  # fmt: skip
     except ValueError as e:  # CostError is one: a bad cluster, split or cost
