@@ -3,11 +3,15 @@ ablation), then the held-out benchmark re-scored at checkpoints along the way.
 
 For each run it prints the per-step curve of training progress (mean progress of the step's
 rollouts), the benchmark at every ``--every``-th checkpoint (greedy, the run's own benchmark
-tasks, scored in this process from the saved weights), before/after, and wall times.
+tasks, scored in this process from the saved weights; ``--bench-tasks`` scores more tasks,
+``--bench-samples K`` the mean of K sampled sessions a task), before/after, and wall times.
+``--rescore FILE`` trains nothing and scores the runs an earlier ``--out FILE`` holds again.
 
     python benchmarks/learning_bench.py [--runs elastic,colocate,async,elastic-binary]
-        [--steps 48] [--every 8] [--bench-tasks 48] [--set rollout.temperature=0.7 ...]
-        [--out .data/bench/learning.json]
+        [--steps 48] [--every 8] [--bench-tasks 48] [--bench-samples 4]
+        [--set rollout.temperature=0.7 ...] [--out .data/bench/learning.json]
+    python benchmarks/learning_bench.py --rescore .data/bench/learning.json --every 4
+        [--bench-tasks 48] [--bench-samples 4] --out .data/bench/rescored.json
 
 A run name is ``<policy>``, ``<policy>-binary`` (``rollout.reward: binary``, the ablation) or
 ``<policy>-restart`` (``scheduler.switch_mode: restart``), optionally with ``@k`` to run the
@@ -86,12 +90,16 @@ def run_one(
     return summary, cfg_path, work / "run"
 
 
-def bench_curve(cfg_path: Path, workdir: Path, every: int, tasks: int = 0) -> dict[int, float]:
+def bench_curve(
+    cfg_path: Path, workdir: Path, every: int, tasks: int = 0, samples: int = 0
+) -> dict[int, float]:
     """The run's benchmark, re-scored from its checkpoints at versions every, 2*every, ...
 
     ``tasks`` > 0 scores that many held-out tasks instead of the run's own
     ``rollout.benchmark_tasks`` (the first of them are the run's own), and version 0 too
-    when the run started from ``train.warm_start_from``."""
+    when the run started from ``train.warm_start_from``. ``samples`` > 0 scores the mean
+    of that many sampled sessions a task instead of one greedy one
+    (``SessionFactory.benchmark``)."""
     import torch
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
@@ -118,7 +126,7 @@ def bench_curve(cfg_path: Path, workdir: Path, every: int, tasks: int = 0) -> di
             continue
         model.load_state_dict(load_file(str(path)))
         router = Router({"local": TorchEngine(model)})
-        curve[version] = asyncio.run(factory.benchmark(router, version))
+        curve[version] = asyncio.run(factory.benchmark(router, version, samples=samples))
     return curve
 
 
@@ -197,25 +205,46 @@ def main() -> int:
     )
     ap.add_argument("--bench-tasks", type=int, default=0,
                     help="re-score on this many held-out tasks (0: the run's own)")  # fmt: skip
+    ap.add_argument("--bench-samples", type=int, default=0,
+                    help="re-score as the mean of K sampled sessions a task (0: greedy)")  # fmt: skip
+    ap.add_argument("--rescore", metavar="FILE",
+                    help="train nothing: re-score the runs of an earlier --out FILE")  # fmt: skip
     ap.add_argument("--out", default=str(ROOT / ".data" / "bench" / "learning.json"))
     args = ap.parse_args()
+    if args.bench_samples < 0:
+        raise SystemExit(f"--bench-samples must be >= 0, got {args.bench_samples}")
     out_dir = Path(args.out).parent / "learning"
     print(f"loadavg at start: {Path('/proc/loadavg').read_text().strip()}", flush=True)
+    if args.rescore:
+        if not args.every:
+            raise SystemExit("--rescore needs --every k > 0 (the versions to score)")
+        rows = json.loads(Path(args.rescore).read_text())
+        runs = [(row, Path(row["workdir"]).parent / "config.yaml", Path(row["workdir"]))
+                for row in rows]  # fmt: skip
+    else:
+        runs = []
+        for name in args.runs.split(","):
+            s, cfg_path, work = run_one(name, args.steps or None, out_dir, tuple(args.set))
+            s["name"], s["workdir"] = name, str(work)
+            runs.append((s, cfg_path, work))
     rows = []
-    for name in args.runs.split(","):
-        s, cfg_path, work = run_one(name, args.steps or None, out_dir, tuple(args.set))
-        curve = bench_curve(cfg_path, work, args.every, args.bench_tasks) if args.every else {}
-        s["name"], s["benchmark_curve"], s["workdir"] = name, curve, str(work)
+    for s, cfg_path, work in runs:
+        t0 = time.perf_counter()
+        curve = (bench_curve(cfg_path, work, args.every, args.bench_tasks, args.bench_samples)
+                 if args.every else {})  # fmt: skip
+        s["benchmark_curve"] = curve
+        s["benchmark_scoring"] = {"every": args.every, "tasks": args.bench_tasks,
+                                  "samples": args.bench_samples}  # fmt: skip
         rows.append(s)
         prog = " ".join(f"{p:.2f}" for p in s.get("progress_by_step", []))
         bench = " ".join(f"{v}:{b:.3f}" for v, b in curve.items())
         print(
-            f"{name:15} benchmark {s['benchmark_before']:.3f} -> {s['benchmark_after']:.3f} "
+            f"{s['name']:15} benchmark {s['benchmark_before']:.3f} -> {s['benchmark_after']:.3f} "
             f"(gain {s['benchmark_after'] - s['benchmark_before']:+.3f})  steps {s['steps']}  "
             f"warm start {s.get('warm_start_s', 0.0):.0f} s  RL {s.get('rl_wall_s', 0.0):.0f} s  "
             f"wall {s['wall_s']:.0f} s\n  train progress by step: {prog}\n"
-            f"  benchmark by version: {bench}\n  loadavg: "
-            f"{Path('/proc/loadavg').read_text().strip()}",
+            f"  benchmark by version: {bench} (scored in {time.perf_counter() - t0:.0f} s)\n"
+            f"  loadavg: {Path('/proc/loadavg').read_text().strip()}",
             flush=True,
         )
     compare_repeats(rows)

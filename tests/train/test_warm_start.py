@@ -117,6 +117,48 @@ def test_sample_seed_redraws_the_rollout_on_the_same_task(model_dir) -> None:  #
         RunConfig.from_dict({"rollout": {"sample_seed": -1}})
 
 
+def test_a_sampled_benchmark_scores_k_seeded_draws_a_task(model_dir) -> None:  # type: ignore[no-untyped-def]
+    from transformers import AutoModelForCausalLM
+
+    from gyre_core.rollout.router import Router
+    from gyre_core.rollout.torch_engine import TorchEngine
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    d = {**LEARN, "model": {"checkpoint": str(model_dir)}}
+    d["rollout"] = {**LEARN["rollout"], "max_turns": 3, "temperature": 0.9}  # type: ignore[dict-item]
+    sink = ListSink()
+    factory = SessionFactory(RunConfig.from_dict(d), model_dir, sink, lambda: 0.0)
+    asked: list[tuple[str, float, int | None]] = []
+
+    class Recording(TorchEngine):
+        async def generate(self, prompt_ids, params, *, request_id):  # type: ignore[no-untyped-def]
+            asked.append((request_id.split("/")[0], params.temperature, params.seed))
+            return await super().generate(prompt_ids, params, request_id=request_id)
+
+    def score(samples: int) -> tuple[float, list[tuple[str, float, int | None]]]:
+        asked.clear()
+        s = asyncio.run(factory.benchmark(Router({"e": Recording(model)}), 3, samples=samples))
+        return s, list(asked)
+
+    greedy, greedy_calls = score(0)
+    assert {t for _, t, _ in greedy_calls} == {0.0}
+    assert {r for r, _, _ in greedy_calls} == {"bench-v3-0", "bench-v3-1"}  # one per task
+    assert [(e.score, e.tasks) for e in sink.events if e.kind == "benchmark"] == [(greedy, 2)]
+
+    sampled, calls = score(3)
+    assert {t for _, t, _ in calls} == {0.9}  # the rollouts' temperature
+    sessions = {r for r, _, _ in calls}
+    assert sessions == {f"bench-v3-{k}-s{j}" for k in range(2) for j in range(3)}
+    first_seed = {r: seed for r, _, seed in reversed(calls)}  # each session's first call
+    assert len(set(first_seed.values())) == 6  # every draw is seeded apart
+    assert 0.0 <= sampled <= 1.0
+    assert len([e for e in sink.events if e.kind == "benchmark"]) == 1  # no event of its own
+    again, calls_again = score(3)
+    assert (again, calls_again) == (sampled, calls)  # the same draws every time
+    with pytest.raises(ValueError, match="samples"):
+        asyncio.run(factory.benchmark(Router({"e": TorchEngine(model)}), 3, samples=-1))
+
+
 def test_tied_embeddings_share_one_matrix(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from transformers import AutoModelForCausalLM
 
