@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,7 @@ def run_one(
         raise SystemExit(f"{name}: gyre run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     summary: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     summary["process_wall_s"] = round(time.perf_counter() - t0, 1)
+    summary["name"], summary["workdir"] = name, str(work / "run")
     return summary, cfg_path, work / "run"
 
 
@@ -173,6 +175,16 @@ def compare_to_colocate(rows: list[dict[str, Any]]) -> None:
               + " ".join(f"v{v}:{d:+.3f}" for v, d in diffs.items()))  # fmt: skip
 
 
+def earlier_runs(path: str) -> list[tuple[dict[str, Any], Path, Path]]:
+    """The runs an earlier ``--out`` file holds, with their configs and work folders."""
+    try:
+        rows = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"--rescore {path}: {e}") from None
+    return [(row, Path(row["workdir"]).parent / "config.yaml", Path(row["workdir"]))
+            for row in rows]  # fmt: skip
+
+
 def weights_diff(a: Path, b: Path) -> str:
     """The largest weight difference of two runs at each checkpoint both saved."""
     from safetensors.torch import load_file
@@ -215,20 +227,17 @@ def main() -> int:
         raise SystemExit(f"--bench-samples must be >= 0, got {args.bench_samples}")
     out_dir = Path(args.out).parent / "learning"
     print(f"loadavg at start: {Path('/proc/loadavg').read_text().strip()}", flush=True)
-    if args.rescore:
-        if not args.every:
-            raise SystemExit("--rescore needs --every k > 0 (the versions to score)")
-        rows = json.loads(Path(args.rescore).read_text())
-        runs = [(row, Path(row["workdir"]).parent / "config.yaml", Path(row["workdir"]))
-                for row in rows]  # fmt: skip
-    else:
-        runs = []
-        for name in args.runs.split(","):
-            s, cfg_path, work = run_one(name, args.steps or None, out_dir, tuple(args.set))
-            s["name"], s["workdir"] = name, str(work)
-            runs.append((s, cfg_path, work))
+    if args.rescore and not args.every:
+        raise SystemExit("--rescore needs --every k > 0 (the versions to score)")
+    runs: Iterable[tuple[dict[str, Any], Path, Path]] = (
+        earlier_runs(args.rescore)
+        if args.rescore
+        else (
+            run_one(n, args.steps or None, out_dir, tuple(args.set)) for n in args.runs.split(",")
+        )
+    )
     rows = []
-    for s, cfg_path, work in runs:
+    for s, cfg_path, work in runs:  # each run is scored and printed as soon as it ends
         t0 = time.perf_counter()
         curve = (bench_curve(cfg_path, work, args.every, args.bench_tasks, args.bench_samples)
                  if args.every else {})  # fmt: skip
