@@ -1,19 +1,23 @@
 """How far learning curves part across draws: reads ``learning_bench.py --out`` files and
 prints, at every version they all scored, each run's benchmark, the spread of each
-policy's draws, and how far each non-colocate run lies outside colocate's draws.
+policy's draws, how far each non-colocate run lies outside colocate's draws, and each
+policy's mean curve over its draws against colocate's (a policy's expected curve, which a
+single draw only estimates).
 
     python benchmarks/learning_spread.py s0=.data/bench/ss0.json s1=.data/bench/ss1.json \\
         s2=.data/bench/ss2.json [--tol 0.05]
 
 Each argument is ``LABEL=FILE``; a run is named ``LABEL:name`` (``s1:colocate``). A
 policy's *draws* are its runs across the files (``rollout.sample_seed`` differs between
-them, docs/learning.md session 10). Nothing is asserted; figures are the files'.
+them, docs/learning.md session 10); give independent draws only, since a repeat of one
+draw would weigh it twice in the means. Nothing is asserted; figures are the files'.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 
 
@@ -80,6 +84,23 @@ def main() -> None:
         said = f"largest difference from {same} {gap[0]:.3f} (v{gap[1]}); " if gap else ""
         print(f"{r}: {said}outside colocate's draws by more than {a.tol}: "
               f"{len(outside)} of {len(versions)} versions {' '.join(outside)}")  # fmt: skip
+    means = {p: {v: statistics.fmean(runs[r][v] for r in g) for v in versions}
+             for p, g in groups.items()}  # fmt: skip
+    others = [p for p in groups if p != "colocate"]
+    print("\n| version | " + " | ".join(f"{p} mean" for p in groups) + " | "
+          + " | ".join(f"{p} - colocate" for p in others) + " |")  # fmt: skip
+    print("|---:|" + "---:|" * (len(groups) + len(others)))
+    for v in versions:
+        print(f"| v{v} | " + " | ".join(f"{means[p][v]:.3f}" for p in groups) + " | "
+              + " | ".join(f"{means[p][v] - means['colocate'][v]:+.3f}" for p in others)
+              + " |")  # fmt: skip
+    for p in others:
+        diffs = [(abs(means[p][v] - means["colocate"][v]), v) for v in versions]
+        beyond = [f"v{v}" for d, v in diffs if d > a.tol]
+        worst = max(diffs)
+        print(f"{p} mean of {len(groups[p])} vs colocate mean of {len(colo)}: largest "
+              f"difference {worst[0]:.3f} (v{worst[1]}); more than {a.tol}: {len(beyond)} of "
+              f"{len(versions)} versions {' '.join(beyond)}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -30,6 +30,12 @@ def test_spread_and_envelope(tmp_path: Path) -> None:
     # 0.3 is 0.1 above colocate's highest draw at v2; 0.52 is within 0.05 of 0.5 at v4
     assert "a:elastic: largest difference from a:colocate 0.200 (v2)" in out
     assert "more than 0.05: 1 of 3 versions v2" in out
+    # means: colocate 0.15 at v2 (0.1 and 0.2), 0.45 at v4; elastic's one draw 0.3 and 0.52
+    assert "| v2 | 0.150 | 0.300 | +0.150 |" in out and "| v4 | 0.450 | 0.520 | +0.070 |" in out
+    assert (
+        "elastic mean of 1 vs colocate mean of 2: largest difference 0.150 (v2); "
+        "more than 0.05: 2 of 3 versions v2 v4" in out
+    )
 
 
 def test_bad_argument_is_named(tmp_path: Path) -> None:
