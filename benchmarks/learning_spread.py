@@ -87,17 +87,16 @@ def main() -> None:
     means = {p: {v: statistics.fmean(runs[r][v] for r in g) for v in versions}
              for p, g in groups.items()}  # fmt: skip
     others = [p for p in groups if p != "colocate"]
+    gaps = {p: {v: means[p][v] - means["colocate"][v] for v in versions} for p in others}
     print("\n| version | " + " | ".join(f"{p} mean" for p in groups) + " | "
           + " | ".join(f"{p} - colocate" for p in others) + " |")  # fmt: skip
     print("|---:|" + "---:|" * (len(groups) + len(others)))
     for v in versions:
         print(f"| v{v} | " + " | ".join(f"{means[p][v]:.3f}" for p in groups) + " | "
-              + " | ".join(f"{means[p][v] - means['colocate'][v]:+.3f}" for p in others)
-              + " |")  # fmt: skip
+              + " | ".join(f"{gaps[p][v]:+.3f}" for p in others) + " |")  # fmt: skip
     for p in others:
-        diffs = [(abs(means[p][v] - means["colocate"][v]), v) for v in versions]
-        beyond = [f"v{v}" for d, v in diffs if d > a.tol]
-        worst = max(diffs)
+        beyond = [f"v{v}" for v in versions if abs(gaps[p][v]) > a.tol]
+        worst = max((abs(d), v) for v, d in gaps[p].items())
         print(f"{p} mean of {len(groups[p])} vs colocate mean of {len(colo)}: largest "
               f"difference {worst[0]:.3f} (v{worst[1]}); more than {a.tol}: {len(beyond)} of "
               f"{len(versions)} versions {' '.join(beyond)}")  # fmt: skip
