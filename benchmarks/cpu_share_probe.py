@@ -1,5 +1,7 @@
 """How the CPU demo's units share a small machine's cores: total decode throughput of
-``P`` processes, each a one-thread ``TorchEngine`` on the learning demo's model, that
+``P`` processes, each a one-thread ``TorchEngine`` on the learning demo's model (built from
+``configs/learn-elastic.yaml`` by the runtime's own ``make_model_dir``, loaded as a unit
+loads it), that
 between them serve a fixed number of concurrent requests -- with each process free to run
 on any core, or pinned to one (``os.sched_setaffinity``, process ``i`` on core ``i mod
 ncpu``).
@@ -18,28 +20,29 @@ import argparse
 import asyncio
 import multiprocessing as mp
 import os
+import tempfile
 import time
+from pathlib import Path
 
-VOCAB = 512  # about the suite tokenizer's size
+CONFIG = Path(__file__).resolve().parent.parent / "configs" / "learn-elastic.yaml"
 
 
-def _worker(index: int, pin: bool, requests: int, new: int, start, out) -> None:
+def _worker(model_dir: str, index: int, pin: bool, requests: int, new: int, start, out) -> None:
     import torch
+    from transformers import AutoModelForCausalLM
 
     from gyre_core.rollout.engine import SamplingParams
     from gyre_core.rollout.torch_engine import TorchEngine
-    from gyre_core.train.model import build_model, tiny_qwen3_config
 
     torch.set_num_threads(1)
     if pin:
         cores = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cores[index % len(cores)]})
-    torch.manual_seed(0)
-    config = tiny_qwen3_config(VOCAB, layers=2, hidden=128, heads=4, kv_heads=4, intermediate=384)
-    model = build_model(config).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    vocab = model.config.vocab_size
     g = torch.Generator().manual_seed(index)
     prompts = [
-        torch.randint(0, VOCAB, (200 + 40 * (i % 5),), generator=g).tolist()
+        torch.randint(0, vocab, (200 + 40 * (i % 5),), generator=g).tolist()
         for i in range(requests)
     ]
     params = SamplingParams(max_tokens=new, temperature=0.0)
@@ -59,11 +62,14 @@ def _worker(index: int, pin: bool, requests: int, new: int, start, out) -> None:
         out.put((tokens, time.perf_counter() - t0))
 
 
-def measure(procs: int, pin: bool, requests: int, new: int) -> tuple[float, float]:
+def measure(model_dir: str, procs: int, pin: bool, requests: int, new: int) -> tuple[float, float]:
     ctx = mp.get_context("spawn")
     start, out = ctx.Barrier(procs + 1), ctx.Queue()
     each = requests // procs
-    ps = [ctx.Process(target=_worker, args=(i, pin, each, new, start, out)) for i in range(procs)]
+    ps = [
+        ctx.Process(target=_worker, args=(model_dir, i, pin, each, new, start, out))
+        for i in range(procs)
+    ]
     for p in ps:
         p.start()
     start.wait()
@@ -83,18 +89,29 @@ def main() -> None:
     ap.add_argument("--procs", default="1,2,4")
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
-    counts = [int(x) for x in args.procs.split(",")]
+    try:
+        counts = [int(x) for x in args.procs.split(",")]
+    except ValueError:
+        raise SystemExit(f"--procs: want counts like 1,2,4, got {args.procs!r}") from None
     if any(c < 1 or args.requests % c for c in counts):
         raise SystemExit(
             f"--procs: each count must be >= 1 and divide --requests ({args.requests})"
         )
+    from gyre_core.config import load_config
+    from gyre_core.runtime.session import make_model_dir
+
+    cfg = load_config(CONFIG)
+    model_dir = str(make_model_dir(cfg, Path(tempfile.mkdtemp(prefix="gyre-probe-"))))
+    m = cfg.model
     print(f"cores {len(os.sched_getaffinity(0))}; {args.requests} requests x "
-          f"{args.new_tokens} new tokens; model: 2 layers, hidden 128, vocab {VOCAB}")  # fmt: skip
+          f"{args.new_tokens} new tokens; model of {CONFIG.name}: {m.layers} layers, "
+          f"hidden {m.hidden_size}")  # fmt: skip
     print(f"{'procs':>5} {'pinned':>6} {'req/proc':>8} {'total tok/s':>12} {'per proc':>9}")
     for procs in counts:
         for pin in (False, True):
             runs = [
-                measure(procs, pin, args.requests, args.new_tokens) for _ in range(args.repeats)
+                measure(model_dir, procs, pin, args.requests, args.new_tokens)
+                for _ in range(args.repeats)
             ]
             total = max(r[0] for r in runs)
             per = max(r[1] for r in runs)
