@@ -7,7 +7,9 @@ single draw only estimates).
     python benchmarks/learning_spread.py s0=.data/bench/ss0.json s1=.data/bench/ss1.json \\
         s2=.data/bench/ss2.json [--tol 0.05]
 
-Each argument is ``LABEL=FILE``; a run is named ``LABEL:name`` (``s1:colocate``). A
+Each argument is ``LABEL=FILE`` or ``LABEL=FILE:RUN[,RUN...]`` (only those runs of the file);
+a run is named ``LABEL:name`` (``s1:colocate``), and one label may take runs from several
+files (``s0=b1.json:colocate s0=s0e.json``: one draw whose runs were made apart). A
 policy's *draws* are its runs across the files (``rollout.sample_seed`` differs between
 them, docs/learning.md session 10); give independent draws only, since a repeat of one
 draw would weigh it twice in the means. Nothing is asserted; figures are the files'.
@@ -27,14 +29,27 @@ def load(specs: list[str]) -> dict[str, dict[int, float]]:
         label, eq, path = spec.partition("=")
         if not eq or not label:
             raise SystemExit(f"learning_spread: want LABEL=FILE, got {spec!r}")
+        only: set[str] | None = None
+        if not Path(path).exists() and ":" in path:
+            path, _, picks = path.rpartition(":")
+            only = {p for p in picks.split(",") if p}
         try:
             rows = json.loads(Path(path).read_text())
         except (OSError, ValueError) as e:
             raise SystemExit(f"learning_spread: {path}: {e}") from None
+        missing = (only or set()) - {row.get("name") for row in rows}
+        if missing:
+            raise SystemExit(
+                f"learning_spread: {path} has no run named {', '.join(sorted(missing))}"
+            )
         for row in rows:
             curve = {int(v): float(b) for v, b in row.get("benchmark_curve", {}).items()}
-            if curve:
-                runs[f"{label}:{row['name']}"] = curve
+            if not curve or (only is not None and row["name"] not in only):
+                continue
+            key = f"{label}:{row['name']}"
+            if key in runs:
+                raise SystemExit(f"learning_spread: two runs named {key}; give each file its runs")
+            runs[key] = curve
     if not runs:
         raise SystemExit("learning_spread: no run in these files has a benchmark curve")
     return runs

@@ -42,3 +42,20 @@ def test_bad_argument_is_named(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, str(SCRIPT), "no-equals-sign"], capture_output=True,
                          text=True, timeout=60)  # fmt: skip
     assert bad.returncode != 0 and "LABEL=FILE" in bad.stderr
+
+
+def test_one_draw_from_two_files(tmp_path: Path) -> None:
+    # colocate of draw s0 from one file, elastic of the same draw from another; the first
+    # file's elastic (another setting) is left out
+    a = _file(tmp_path / "a.json", {"colocate": {0: 0.0, 4: 0.5}, "elastic": {0: 0.0, 4: 0.1}})
+    b = _file(tmp_path / "b.json", {"elastic": {0: 0.0, 4: 0.45}})
+    out = subprocess.run([sys.executable, str(SCRIPT), f"s0={a}:colocate", f"s0={b}"],
+                         capture_output=True, text=True, check=True, timeout=60).stdout  # fmt: skip
+    assert "s0:elastic: largest difference from s0:colocate 0.050 (v4)" in out
+    assert "elastic: 1 draw(s)" in out and "0.100" not in out
+    both = subprocess.run([sys.executable, str(SCRIPT), f"s0={a}", f"s0={b}"], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert both.returncode != 0 and "two runs named s0:elastic" in both.stderr
+    gone = subprocess.run([sys.executable, str(SCRIPT), f"s0={a}:async"], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert gone.returncode != 0 and "no run named async" in gone.stderr
