@@ -37,14 +37,16 @@ def load(specs: list[str]) -> dict[str, dict[int, float]]:
             rows = json.loads(Path(path).read_text())
         except (OSError, ValueError) as e:
             raise SystemExit(f"learning_spread: {path}: {e}") from None
-        missing = (only or set()) - {row.get("name") for row in rows}
-        if missing:
-            raise SystemExit(
-                f"learning_spread: {path} has no run named {', '.join(sorted(missing))}"
-            )
+        if only is not None:
+            missing = only - {row.get("name") for row in rows}
+            if missing:
+                raise SystemExit(
+                    f"learning_spread: {path} has no run named {', '.join(sorted(missing))}"
+                )
+            rows = [row for row in rows if row.get("name") in only]
         for row in rows:
             curve = {int(v): float(b) for v, b in row.get("benchmark_curve", {}).items()}
-            if not curve or (only is not None and row["name"] not in only):
+            if not curve:
                 continue
             key = f"{label}:{row['name']}"
             if key in runs:
