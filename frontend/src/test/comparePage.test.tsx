@@ -78,7 +78,8 @@ describe("ComparePage x axis", () => {
     await screen.findByTestId("chart-loss");
     expect(screen.getByText("Metrics by step")).toBeTruthy();
     const xLabel = () => screen.getByTestId("chart-loss").querySelector(".u-legend .u-series th")?.textContent ?? "";
-    expect(xLabel()).toContain("step");
+    // the container renders before uPlot builds its legend in an effect: wait for the legend
+    await waitFor(() => expect(xLabel()).toContain("step"));
     expect(seen.some((u) => u.includes("/events/"))).toBe(false); // by step: no events read
     fireEvent.click(screen.getByLabelText("wall time"));
     await screen.findByText("Metrics by wall time");
