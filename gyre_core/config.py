@@ -12,12 +12,16 @@ Files may be JSON, YAML or TOML (by extension); a partial file is merged over th
 from __future__ import annotations
 
 import json
+import math
+import re
 import tomllib
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from gyre_core.jsonl import JsonBoundsError, loads
 
 
 class ConfigError(ValueError):
@@ -28,15 +32,29 @@ class ConfigError(ValueError):
         super().__init__("; ".join(f"{p}: {m}" for p, m in errors))
 
 
+# Every field is bounded by its type, unless it declares tighter bounds: an int fits a
+# 32-bit column (the platform stores steps, seed, ... in one), a float is finite and at
+# most FLOAT_MAX in size, a string is at most STR_MAX characters without control chars.
+INT_MAX = 2**31 - 1
+FLOAT_MAX = 1e12
+STR_MAX = 500  # a path or a URL; the run's name has its own, shorter, bound
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def _f(default: Any, help: str, **rules: Any) -> Any:
-    """A documented field. ``rules``: choices, min, max (inclusive), above (exclusive min)."""
+    """A documented field. ``rules``: choices, min, max (inclusive), above (exclusive min),
+    max_length (a string's); the type's bounds above apply where none is given."""
     return field(default=default, metadata={"help": help, **rules})
 
 
 @dataclass(slots=True)
 class ClusterConfig:
-    units: int = _f(6, "units in the cluster (a unit hosts one replica: engine or trainer)", min=2)
-    gpus_per_unit: int = _f(1, "GPUs per unit (Ray resource gpu_unit on CPU machines)", min=1)
+    units: int = _f(
+        6, "units in the cluster (a unit hosts one replica: engine or trainer)", min=2, max=4096
+    )
+    gpus_per_unit: int = _f(
+        1, "GPUs per unit (Ray resource gpu_unit on CPU machines)", min=1, max=64
+    )
     ray_address: str = _f("", "join this Ray cluster ('' = start a local one; or RAY_ADDRESS)")
     object_store_mb: int = _f(256, "Ray object store cap for a local cluster", min=64)
 
@@ -163,11 +181,11 @@ class SimConfig:
 
 @dataclass(slots=True)
 class RunConfig:
-    name: str = _f("demo", "a label for the run")
+    name: str = _f("demo", "a label for the run", max_length=200)
     backend: str = _f(
         "real", "real units on Ray, or the cluster simulator", choices=("real", "sim")
     )
-    steps: int = _f(8, "training steps", min=1)
+    steps: int = _f(8, "training steps", min=1, max=1_000_000)
     seed: int = _f(0, "seed for tasks, sampling and initialisation", min=0)
     checkpoint_every: int = _f(1, "steps between checkpoints", min=1)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
@@ -209,7 +227,8 @@ def _build(cls: type, data: Any, prefix: str, errors: list[tuple[str, str]]) -> 
     known = {f.name: f for f in fields(cls)}
     for key in data:
         if key not in known:
-            errors.append((prefix + str(key), f"unknown field (known: {', '.join(known)})"))
+            name = str(key) if len(str(key)) <= 60 else str(key)[:57] + "..."
+            errors.append((prefix + name, f"unknown field (known: {', '.join(known)})"))
     values: dict[str, Any] = {}
     for name, f in known.items():
         path = prefix + name
@@ -227,28 +246,62 @@ def _build(cls: type, data: Any, prefix: str, errors: list[tuple[str, str]]) -> 
     return cls(**values)
 
 
+def _bounds(f: Any) -> dict[str, Any]:
+    """A field's metadata with its type's bounds filled in where it declares none."""
+    meta = dict(f.metadata)
+    want = f.type if isinstance(f.type, str) else f.type.__name__
+    if want == "int":
+        meta.setdefault("min", -INT_MAX - 1)
+        meta.setdefault("max", INT_MAX)
+    elif want == "float":
+        if "above" not in meta:
+            meta.setdefault("min", -FLOAT_MAX)
+        meta.setdefault("max", FLOAT_MAX)
+    elif want == "str" and "choices" not in meta:
+        meta.setdefault("max_length", STR_MAX)
+    return meta
+
+
 def _check(f: Any, value: Any) -> tuple[Any, str]:
     want = f.type if isinstance(f.type, str) else f.type.__name__
     if want == "int" and (isinstance(value, bool) or not isinstance(value, int)):
-        return None, f"expected an integer, got {value!r}"
+        return None, f"expected an integer, got {_short(value)}"
     if want == "float":
         if isinstance(value, bool) or not isinstance(value, int | float):
-            return None, f"expected a number, got {value!r}"
+            return None, f"expected a number, got {_short(value)}"
+        if isinstance(value, int) and abs(value) > FLOAT_MAX:
+            return None, f"must be at most {FLOAT_MAX:g} in size"
         value = float(value)
+        if not math.isfinite(value):
+            return None, f"expected a finite number, got {value!r}"
     if want == "bool" and not isinstance(value, bool):
-        return None, f"expected true or false, got {value!r}"
+        return None, f"expected true or false, got {_short(value)}"
     if want == "str" and not isinstance(value, str):
-        return None, f"expected a string, got {value!r}"
-    meta = f.metadata
+        return None, f"expected a string, got {_short(value)}"
+    meta = _bounds(f)
+    if want == "str":
+        if "max_length" in meta and len(value) > meta["max_length"]:
+            return None, f"longer than {meta['max_length']} characters ({len(value)})"
+        bad = _CONTROL.search(value)
+        if bad:
+            return None, f"contains the control character {bad.group()!r}"
     if "choices" in meta and value not in meta["choices"]:
-        return None, f"must be one of {', '.join(meta['choices'])}, got {value!r}"
+        return None, f"must be one of {', '.join(meta['choices'])}, got {_short(value)}"
     if "min" in meta and value < meta["min"]:
-        return None, f"must be >= {meta['min']}, got {value!r}"
+        return None, f"must be >= {meta['min']}, got {_short(value)}"
     if "above" in meta and value <= meta["above"]:
         return None, f"must be > {meta['above']}, got {value!r}"
     if "max" in meta and value > meta["max"]:
-        return None, f"must be <= {meta['max']}, got {value!r}"
+        return None, f"must be <= {meta['max']}, got {_short(value)}"
     return value, ""
+
+
+def _short(value: Any) -> str:
+    """A value as an error shows it: at most 40 characters (a 1 MB string is not echoed)."""
+    if isinstance(value, int) and abs(value) > 10**30:
+        return f"an integer of {len(str(abs(value)))} digits"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _cross_checks(cfg: RunConfig) -> list[tuple[str, str]]:
@@ -276,7 +329,7 @@ def config_schema() -> dict[str, Any]:
                 walk(f.default_factory, prefix + f.name + ".")  # type: ignore[arg-type]
                 continue
             entry = {"type": f.type if isinstance(f.type, str) else f.type.__name__}
-            entry.update({"default": f.default, **f.metadata})
+            entry.update({"default": f.default, **_bounds(f)})
             if "choices" in entry:
                 entry["choices"] = list(entry["choices"])
             out[prefix + f.name] = entry
@@ -295,11 +348,17 @@ def load_config(path: str | Path) -> RunConfig:
         elif p.suffix == ".toml":
             data = tomllib.loads(text)
         elif p.suffix == ".json":
-            data = json.loads(text)
+            data = loads(text)
         else:
             raise ConfigError([("<file>", f"{p}: unknown extension (use .json, .yaml or .toml)")])
-    except (json.JSONDecodeError, yaml.YAMLError, tomllib.TOMLDecodeError) as exc:
+    except ConfigError:
+        raise
+    except (JsonBoundsError, yaml.YAMLError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError([("<file>", f"{p}: cannot parse: {str(exc).splitlines()[0]}")]) from None
+    except (RecursionError, ValueError):  # YAML/TOML nested too deep, a 5,000-digit int
+        raise ConfigError(
+            [("<file>", f"{p}: cannot parse: nested too deep or a number too long")]
+        ) from None
     return RunConfig.from_dict(data)
 
 

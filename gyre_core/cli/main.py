@@ -36,6 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as exc:  # bad input: one line, never a traceback
         print(f"gyre: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except RecursionError:  # the readers bound nesting; this is the last line of defence
+        print("gyre: input nested too deep", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("gyre: interrupted", file=sys.stderr)
         return 130

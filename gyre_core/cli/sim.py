@@ -23,6 +23,7 @@ from gyre_core.cli import predict
 from gyre_core.cli.common import positive_int
 from gyre_core.cluster import Cluster, ClusterError
 from gyre_core.events import JsonlSink
+from gyre_core.jsonl import JsonBoundsError, loads
 from gyre_core.scheduler import batching
 from gyre_core.scheduler.policies import POLICIES, Async, make_policy
 from gyre_core.sim.compare import compare
@@ -117,9 +118,9 @@ def _costs(args: argparse.Namespace) -> CostModel:
 
 def _load_costs(path: str) -> dict[str, Any]:
     try:
-        obj = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}:{exc.lineno}: <costs>: invalid JSON: {exc.msg}") from None
+        obj = loads(Path(path).read_text(encoding="utf-8"))
+    except JsonBoundsError as exc:
+        raise ValueError(f"{path}:{exc.line}: <costs>: {exc.problem}") from None
     if not isinstance(obj, dict):
         raise ValueError(f"{path}: expected a JSON object of cost fields, got {_show(obj)}")
     for name, value in obj.items():

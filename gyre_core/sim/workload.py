@@ -93,6 +93,7 @@ class TraceFormatError(LocatedError):
     """Bad input in a workload trace, located: ``FILE:LINE: FIELD: problem``."""
 
 
+MAX_TOKENS = 2**31 - 1  # a token count of one turn
 _ROLLOUT_KEYS = ("rollout_id", "task_id", "group_id", "turns", "timeout_s")
 _TURN_KEYS = ("prompt_tokens", "completion_tokens", "tool_s", "compact_to")
 
@@ -129,6 +130,8 @@ class _Checker:
             raise self.fail(name, f"expected an integer, got {_show(value)}")
         if value < minimum:
             raise self.fail(name, f"must be >= {minimum}, got {value}")
+        if value > MAX_TOKENS:
+            raise self.fail(name, f"must be <= {MAX_TOKENS}, got {_show(value)}")
         return value
 
     def seconds(self, value: Any, name: str, positive: bool) -> float:
@@ -142,6 +145,8 @@ class _Checker:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, int) and abs(value) > 10**30:
+        return f"an integer of {len(str(abs(value)))} digits"
     text = json.dumps(value)
     return text if len(text) <= 40 else text[:37] + "..."
 

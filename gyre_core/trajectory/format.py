@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gyre_core.jsonl import LocatedError, json_lines
+from gyre_core.jsonl import MAX_LINE_BYTES, LocatedError, json_lines
 
 FORMAT = "gyre.trajectory/v1"
 STATUSES = ("completed", "timeout", "failed")
@@ -28,6 +29,11 @@ KINDS = ("continue", "compaction", "subagent", "retry")
 MAX_TOKEN_ID = 2**31 - 1
 # A log-probability is <= 0; engines sometimes report a hair above 0 from rounding.
 LOGPROB_SLACK = 1e-3
+# The longest id of each kind, in characters (the platform's columns hold exactly these).
+MAX_ROLLOUT_ID = 100  # rollout_id and group_id
+MAX_TASK_ID = 200
+MAX_CALL_ID = 200  # call_id, agent and prefix.call_id
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # never inside an id (NUL cannot be stored)
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -109,9 +115,14 @@ class _Checker:
             raise self.fail(name, "missing required field")
         return default
 
-    def string(self, value: Any, name: str) -> str:
+    def string(self, value: Any, name: str, max_len: int = MAX_CALL_ID) -> str:
         if not isinstance(value, str) or not value:
             raise self.fail(name, f"expected a non-empty string, got {_show(value)}")
+        if len(value) > max_len:
+            raise self.fail(name, f"longer than {max_len} characters ({len(value)})")
+        bad = _CONTROL.search(value)
+        if bad:
+            raise self.fail(name, f"contains the control character {bad.group()!r}")
         return value
 
     def number(self, value: Any, name: str) -> float:
@@ -179,9 +190,11 @@ def parse_rollout(obj: Any, file: str = "<input>", line: int = 1) -> Rollout:
     fmt = ck.get(obj, "format", "format")
     if fmt != FORMAT:
         raise ck.fail("format", f"expected {FORMAT!r}, got {_show(fmt)}")
-    rollout_id = ck.string(ck.get(obj, "rollout_id", "rollout_id"), "rollout_id")
-    task_id = ck.string(ck.get(obj, "task_id", "task_id"), "task_id")
-    group_id = ck.string(ck.get(obj, "group_id", "group_id", rollout_id), "group_id")
+    rollout_id = ck.string(ck.get(obj, "rollout_id", "rollout_id"), "rollout_id", MAX_ROLLOUT_ID)
+    task_id = ck.string(ck.get(obj, "task_id", "task_id"), "task_id", MAX_TASK_ID)
+    group_id = ck.string(
+        ck.get(obj, "group_id", "group_id", rollout_id), "group_id", MAX_ROLLOUT_ID
+    )
     status = ck.get(obj, "status", "status")
     if status not in STATUSES:
         raise ck.fail("status", f"expected one of {', '.join(STATUSES)}, got {_show(status)}")
@@ -258,11 +271,12 @@ def _parse_call(ck: _Checker, raw: Any, where: str, full_lens: dict[str, int]) -
     return Call(call_id, prompt, completion, logprobs, versions, agent, kind, prefix)
 
 
-def read_rollouts(path: str | Path) -> Iterator[Rollout]:
-    """Stream and validate the rollouts of a ``gyre.trajectory/v1`` file."""
+def read_rollouts(path: str | Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[Rollout]:
+    """Stream and validate the rollouts of a ``gyre.trajectory/v1`` file (a line longer
+    than ``max_line_bytes`` is refused)."""
     name = str(path)
     seen: set[str] = set()
-    for lineno, obj in json_lines(path, TrajectoryFormatError):
+    for lineno, obj in json_lines(path, TrajectoryFormatError, max_line_bytes):
         rollout = parse_rollout(obj, name, lineno)
         if rollout.rollout_id in seen:
             raise TrajectoryFormatError(
