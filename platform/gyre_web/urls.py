@@ -34,3 +34,9 @@ urlpatterns = [
     re_path(r"^assets/(?P<path>.+)$", spa.asset),
     re_path(r"^(?!api/|admin/|ws/|assets/|healthz|readyz|metrics)(?P<path>.*)$", spa.index),
 ]
+
+# JSON for /api/ paths (HTML pages elsewhere), never a traceback.
+handler400 = "gyre_web.inputs.bad_request"
+handler403 = "gyre_web.inputs.permission_denied"
+handler404 = "gyre_web.inputs.page_not_found"
+handler500 = "gyre_web.inputs.server_error"

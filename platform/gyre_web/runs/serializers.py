@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rest_framework import serializers
@@ -7,6 +8,10 @@ from rest_framework import serializers
 from gyre_web.access import share_link_of
 from gyre_web.runs.models import Experiment, Run
 from gyre_web.teams.selectors import teams_of
+
+MAX_TAGS = 50
+MAX_TAG_LENGTH = 100
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class ExperimentSerializer(serializers.ModelSerializer):
@@ -24,7 +29,40 @@ class ExperimentSerializer(serializers.ModelSerializer):
     def validate_tags(self, tags: Any) -> list[str]:
         if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
             raise serializers.ValidationError("tags is a list of strings")
+        if len(tags) > MAX_TAGS:
+            raise serializers.ValidationError(f"at most {MAX_TAGS} tags")
+        for tag in tags:
+            if len(tag) > MAX_TAG_LENGTH:
+                raise serializers.ValidationError(f"a tag is at most {MAX_TAG_LENGTH} characters")
+            if _CONTROL.search(tag):
+                raise serializers.ValidationError("a tag must not contain control characters")
         return tags
+
+
+_PATH = re.compile(r"(?<![\w.])(?:[A-Za-z]:)?[/\\][^\s'\"]+")
+
+
+def public_error(text: str) -> str:
+    """What a share link sees of a run's error: one line (a traceback's last), with server
+    paths replaced by ``<path>``."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
+    return _PATH.sub("<path>", line)[:500]
+
+
+def for_share_link(serializer: serializers.Serializer, data: dict[str, Any]) -> dict[str, Any]:
+    """Blank the server paths of a representation for a share link's holder (members see
+    them): ``checkpoint_path``, ``payload_path``; ``error`` becomes ``public_error``."""
+    if share_link_of(serializer.context.get("request")) is None:
+        return data
+    for key in ("checkpoint_path", "payload_path"):
+        if key in data:
+            data[key] = ""
+    if data.get("error"):
+        data["error"] = public_error(data["error"])
+    return data
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -49,6 +87,9 @@ class RunSerializer(serializers.ModelSerializer):
         request = self.context.get("request")
         fields["experiment"].queryset = experiments_visible(getattr(request, "user", None))
         return fields
+
+    def to_representation(self, instance: Run) -> dict[str, Any]:
+        return for_share_link(self, super().to_representation(instance))
 
     def get_can_edit(self, run: Run) -> bool:
         from gyre_web.runs.selectors import experiments_writable

@@ -6,7 +6,7 @@ import hashlib
 import secrets
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -21,11 +21,34 @@ def _new_key(kind: str) -> str:
     return f"gyre_{kind}_{secrets.token_urlsafe(32)}"
 
 
+class SlugTaken(ValueError):
+    """An explicitly given team slug that another team has."""
+
+
 @transaction.atomic
 def create_team(*, name: str, owner: Any, slug: str = "") -> Team:
-    team = Team.objects.create(name=name, slug=slug or slugify(name))
-    Membership.objects.create(team=team, user=owner, role=Role.OWNER)
-    return team
+    """A team with ``slug``, or one derived from its name: ``slugify(name)`` (``team`` when
+    that is empty, as for ``"???"``) with ``-2``, ``-3``, ... until it is free. Two
+    concurrent creations cannot take one slug: the loser of the unique index retries."""
+    base = slug or (slugify(name)[:90] or "team")
+    taken = set(Team.objects.filter(slug__startswith=base).values_list("slug", flat=True))
+    for _ in range(5):
+        candidate = base
+        n = 1
+        while candidate in taken:
+            if slug:
+                raise SlugTaken(f"a team with slug {slug!r} exists")
+            n += 1
+            candidate = f"{base}-{n}"
+        try:
+            with transaction.atomic():  # a savepoint: a lost race leaves the outer intact
+                team = Team.objects.create(name=name, slug=candidate)
+        except IntegrityError:
+            taken.add(candidate)
+            continue
+        Membership.objects.create(team=team, user=owner, role=Role.OWNER)
+        return team
+    raise SlugTaken("no free slug for this name; give one")
 
 
 @transaction.atomic

@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -32,9 +32,12 @@ class TeamViewSet(viewsets.ModelViewSet):
 
     def perform_create(self, serializer: Any) -> None:
         data = serializer.validated_data
-        serializer.instance = services.create_team(
-            name=data["name"], slug=data.get("slug", ""), owner=self.request.user
-        )
+        try:
+            serializer.instance = services.create_team(
+                name=data["name"], slug=data.get("slug", ""), owner=self.request.user
+            )
+        except services.SlugTaken as err:
+            raise ValidationError({"slug": str(err)}) from None
 
     def perform_update(self, serializer: Any) -> None:
         require_manager(self.request, serializer.instance.pk)

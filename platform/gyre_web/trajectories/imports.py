@@ -5,7 +5,6 @@ unless a tokenizer is given (``decode``)."""
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from pathlib import Path
 from typing import IO, Any
@@ -31,20 +30,45 @@ class ImportRejected(ValueError):
 def import_trajectories(
     *, run: Any, upload: IO[bytes], decode: Decode | None = None
 ) -> dict[str, int]:
-    """Validate and store a JSONL upload; -> counts. Raises ImportRejected (nothing stored)."""
+    """Validate and store a JSONL upload; -> counts. Raises ImportRejected, and then
+    neither rows nor the file remain (the file is removed on every failed path)."""
+    limit = int(settings.GYRE_IMPORT_MAX_BYTES)
+    size = getattr(upload, "size", None)
+    if size is not None and size > limit:
+        raise ImportRejected(f"the file is larger than {limit} bytes", field="file")
     folder = Path(settings.GYRE_RUNS_DIR) / str(run.pk) / "imports"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{uuid.uuid4().hex}.jsonl"
-    with open(path, "wb") as out:
-        shutil.copyfileobj(upload, out)
+    stored = False
     try:
-        rollouts: list[CoreRollout] = list(read_rollouts(path))
+        _copy_bounded(upload, path, limit)
+        counts = _import_file(run, path, decode)
+        stored = True
+        return counts
+    finally:
+        if not stored:
+            path.unlink(missing_ok=True)
+
+
+def _copy_bounded(upload: IO[bytes], path: Path, limit: int) -> None:
+    copied = 0
+    with open(path, "wb") as out:
+        while chunk := upload.read(2**20):
+            copied += len(chunk)
+            if copied > limit:
+                raise ImportRejected(f"the file is larger than {limit} bytes", field="file")
+            out.write(chunk)
+
+
+def _import_file(run: Any, path: Path, decode: Decode | None) -> dict[str, int]:
+    try:
+        rollouts: list[CoreRollout] = list(
+            read_rollouts(path, max_line_bytes=int(settings.GYRE_IMPORT_MAX_LINE_BYTES))
+        )
     except TrajectoryFormatError as err:
-        path.unlink()
         raise ImportRejected(err.problem, err.line, err.field) from None
     if not rollouts:
-        path.unlink()
-        raise ImportRejected("the file holds no rollout")
+        raise ImportRejected("the file holds no rollout", field="file")
     known = set(
         Rollout.objects.filter(
             run=run, rollout_id__in=[r.rollout_id for r in rollouts]
@@ -55,7 +79,6 @@ def import_trajectories(
         Tree.objects.filter(run=run, group_id__in=groups).values_list("group_id", flat=True)
     )
     if known or known_groups:
-        path.unlink()
         dup = sorted(known) or sorted(known_groups)
         raise ImportRejected(f"already imported into this run: {dup[:5]}", field="rollout_id")
     trees = build_trees(rollouts)

@@ -3,6 +3,9 @@ by parent (lazy loading), search within a tree, the path to a node and a node's 
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 from rest_framework import serializers, viewsets
@@ -13,8 +16,11 @@ from rest_framework.response import Response
 
 from gyre_web.access import IdCursorPagination, share_link_of
 from gyre_web.runs.selectors import runs_visible
+from gyre_web.runs.serializers import for_share_link
 from gyre_web.trajectories import node_tokens, selectors
 from gyre_web.trajectories.models import Rollout, Tree, TreeNode
+
+_NODE_ID = re.compile(r"[0-9]{1,18}")
 
 
 class RolloutSerializer(serializers.ModelSerializer):
@@ -36,6 +42,9 @@ class TreeSerializer(serializers.ModelSerializer):
             "id", "run", "group_id", "rollouts", "nodes", "depth", "tokens_unique",
             "tokens_per_call", "dedup_ratio", "branch_counts", "payload_path",
         ]  # fmt: skip
+
+    def to_representation(self, instance: Tree) -> dict[str, Any]:
+        return for_share_link(self, super().to_representation(instance))
 
 
 class TreeNodeSerializer(serializers.ModelSerializer):
@@ -96,8 +105,8 @@ class TreeViewSet(viewsets.ReadOnlyModelViewSet):
         """Children of ``?parent=ID`` (the roots without it), in depth-first order."""
         tree = self.get_object()
         raw = request.query_params.get("parent")
-        if raw is not None and not raw.isdigit():
-            raise ValidationError({"parent": "a node id"})
+        if raw is not None and not _NODE_ID.fullmatch(raw):  # "²".isdigit() is True
+            raise ValidationError({"parent": "a node id (digits 0-9)"})
         rows = selectors.children(tree_id=tree.pk, parent_id=int(raw) if raw else None)
         page = self.paginate_queryset(rows)
         data = TreeNodeSerializer(page, many=True).data
