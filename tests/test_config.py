@@ -69,3 +69,43 @@ def test_the_dashboard_bundles_the_current_schema() -> None:
 
     bundled = Path(__file__).resolve().parents[1] / "frontend/src/lib/schema.snapshot.json"
     assert json.loads(bundled.read_text()) == json.loads(json.dumps(config_schema()))
+
+
+@pytest.mark.parametrize(
+    ("changes", "path", "problem"),
+    [
+        ({"steps": 2**31}, "steps", "must be <= 1000000"),
+        ({"seed": 2**63}, "seed", "must be <= 2147483647"),
+        ({"seed": -1}, "seed", "must be >= 0"),
+        ({"cluster": {"units": 10**6}}, "cluster.units", "must be <= 4096"),
+        ({"cluster": {"units": float("inf")}}, "cluster.units", "expected an integer"),
+        ({"rollout": {"max_turns": 10**40}}, "rollout.max_turns", "an integer of 41 digits"),
+        ({"sim": {"speed": float("inf")}}, "sim.speed", "expected a finite number, got inf"),
+        ({"sim": {"speed": float("nan")}}, "sim.speed", "expected a finite number, got nan"),
+        ({"sim": {"speed": 1e300}}, "sim.speed", "must be <= 1000000000000.0"),
+        ({"sim": {"speed": 10**400}}, "sim.speed", "must be at most 1e+12 in size"),
+        ({"train": {"lr": float("inf")}}, "train.lr", "expected a finite number"),
+        ({"name": "n" * 2**20}, "name", "longer than 200 characters (1048576)"),
+        ({"name": "a\x00b"}, "name", "contains the control character '\\x00'"),
+        ({"model": {"checkpoint": "/x" * 300}}, "model.checkpoint", "longer than 500"),
+        ({"model": {"checkpoint": "a\nb"}}, "model.checkpoint", "control character"),
+        ({"scheduler": {"policy": "x" * 10**6}}, "scheduler.policy", "got 'xxxxxxxx"),
+    ],
+)
+def test_every_number_and_string_is_bounded_by_its_type(changes, path, problem) -> None:
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_dict(changes)
+    errors = dict(err.value.errors)
+    assert list(errors) == [path] and problem in errors[path], errors
+    assert len(errors[path]) < 200  # a huge value is never echoed whole
+
+
+def test_the_schema_states_every_bound() -> None:
+    schema = config_schema()
+    for path, entry in schema.items():
+        if entry["type"] in ("int", "float"):
+            assert "max" in entry and ("min" in entry or "above" in entry), path
+        if entry["type"] == "str" and "choices" not in entry:
+            assert entry["max_length"] <= 500, path
+    assert schema["cluster.units"]["max"] == 4096 and schema["seed"]["max"] == 2**31 - 1
+    assert RunConfig.from_dict({"seed": 2**31 - 1, "name": "n" * 200}).seed == 2**31 - 1

@@ -17,10 +17,12 @@ from gyre_web.teams import services as teams
 
 from gyre_core.trajectory.synth import SynthConfig, synth_rollouts
 from gyre_core.trajectory.writer import write_rollouts
+from tests.platform.conftest import SIM_CONFIG
 
 pytestmark = pytest.mark.django_db
 
 DEEP_1000 = "[" * 1000 + "]" * 1000
+DEEP_100K = "[" * 100_000 + "]" * 100_000
 BIG_INT = "1" + "0" * 5000
 
 
@@ -33,14 +35,28 @@ def world(people, sim_config, client_for) -> dict[str, Any]:
     assert resp.status_code == 201, resp.content
     tree = run.trees.first()
     _, share = teams.create_share_link(created_by=people["owner"], run=run)
-    return {"exp": exp, "run": run, "tree": tree, "member": member, "share": share,
-            "sim_config": sim_config, "anon": client_for()}  # fmt: skip
+    return {
+        "exp": exp,
+        "run": run,
+        "tree": tree,
+        "member": member,
+        "share": share,
+        "sim_config": sim_config,
+        "anon": client_for(),
+    }
 
 
 def _good_jsonl(groups: int = 1) -> bytes:
     buf = io.StringIO()
-    cfg = SynthConfig(groups=groups, group_size=2, turns=2, system_tokens=16,
-                      completion_tokens=8, tool_tokens=8, seed=3)  # fmt: skip
+    cfg = SynthConfig(
+        groups=groups,
+        group_size=2,
+        turns=2,
+        system_tokens=16,
+        completion_tokens=8,
+        tool_tokens=8,
+        seed=3,
+    )
     write_rollouts(buf, synth_rollouts(cfg))
     return buf.getvalue().encode()
 
@@ -59,57 +75,92 @@ def _raw(body: str, raw: str) -> str:
     return body.replace('"@RAW@"', raw)
 
 
-# (id, method, path, body (JSON text, or None), who, key path the body must name)
+def _post(name: str, path: str, body: Any, field: tuple[str, ...]) -> Any:
+    return pytest.param("post", path, body, "member", field, id=name)
+
+
+def _get(name: str, path: str, field: tuple[str, ...], who: str = "member") -> Any:
+    return pytest.param("get", path, None, who, field, id=name)
+
+
+def _exp(w: dict[str, Any], **fields: Any) -> str:
+    return json.dumps({"team": w["exp"].team_id, "name": "x", **fields})
+
+
+def _run(w: dict[str, Any], **fields: Any) -> str:
+    return json.dumps({"experiment": w["exp"].pk, "config": w["sim_config"], **fields})
+
+
+RUNS, FORK = "/api/runs/", "/api/runs/{run}/fork/"
+SIM_SPEED = {**SIM_CONFIG["sim"], "speed": "@RAW@"}
+# Each row: the request, and the key path (into the JSON body) that must name the field.
 REST = [
-    ("tags NUL", "post", "/api/experiments/", lambda w: json.dumps(
-        {"team": w["exp"].team_id, "name": "x", "tags": ["a\x00"]}), "member", ("tags",)),
-    ("experiment name NUL", "post", "/api/experiments/", lambda w: json.dumps(
-        {"team": w["exp"].team_id, "name": "a\x00"}), "member", ("name",)),
-    ("run name NUL", "post", "/api/runs/", lambda w: json.dumps(
-        {"experiment": w["exp"].pk, "name": "a\x00", "config": w["sim_config"]}), "member",
-     ("name",)),
-    ("run name 1 MB", "post", "/api/runs/", lambda w: json.dumps(
-        {"experiment": w["exp"].pk, "name": "n" * 2**20, "config": w["sim_config"]}), "member",
-     ("name",)),
-    ("config string NUL", "post", "/api/runs/", lambda w: _config(w, name="a\x00"), "member",
-     ("config", "name")),
-    ("config.name 1 MB", "post", "/api/runs/", lambda w: _config(w, name="n" * 2**20),
-     "member", ("config", "name")),
-    ("steps 2^31", "post", "/api/runs/", lambda w: _config(w, steps=2**31), "member",
-     ("config", "steps")),
-    ("seed 2^63", "post", "/api/runs/", lambda w: _config(w, seed=2**63), "member",
-     ("config", "seed")),
-    ("cluster.units 10^6", "post", "/api/runs/", lambda w: _config(w, cluster={"units": 10**6}),
-     "member", ("config", "cluster.units")),
-    ("sim.speed 1e400", "post", "/api/runs/", lambda w: _raw(_config(
-        w, sim={**w["sim_config"]["sim"], "speed": "@RAW@"}), "1e400"), "member",
-     ("config.sim.speed",)),
-    ("cluster.units 1e400", "post", "/api/runs/", lambda w: _raw(_config(
-        w, cluster={"units": "@RAW@"}), "1e400"), "member", ("config.cluster.units",)),
-    ("5,000-digit steps", "post", "/api/runs/", lambda w: _raw(_config(w, steps="@RAW@"),
-        BIG_INT), "member", ("body",)),
-    ("nested 1,000 deep", "post", "/api/runs/", lambda w: _raw(_config(w, name="@RAW@"),
-        DEEP_1000), "member", ("body",)),
-    ("fork nested 1,000 deep", "post", "/api/runs/{run}/fork/", lambda w: _raw(json.dumps(
-        {"changes": {"name": "@RAW@"}}), DEEP_1000), "member", ("body",)),
-    ("fork steps 2^31", "post", "/api/runs/{run}/fork/", lambda w: json.dumps(
-        {"changes": {"steps": 2**31}}), "member", ("config", "steps")),
-    ("5 MB JSON body", "post", "/api/runs/", lambda w: _config(w, name="n" * 5 * 2**20),
-     "member", ("body",)),
-    ("team slug taken", "post", "/api/teams/", lambda w: json.dumps(
-        {"name": "Other", "slug": w["exp"].team.slug}), "member", ("slug",)),
-    ("metrics names NUL", "get", "/api/runs/{run}/metrics/?names=%00", None, "member",
-     ("names",)),
-    ("metrics names NUL, share link", "get", "/api/runs/{run}/metrics/?names=%00", None,
-     "share", ("names",)),
-    ("compare names NUL", "get", "/api/runs/metrics/?runs={run}&names=a%00", None, "member",
-     ("names",)),
-    ("search q NUL, share link", "get", "/api/trees/{tree}/search/?q=%00", None, "share",
-     ("q",)),
-    ("nodes parent superscript", "get", "/api/trees/{tree}/nodes/?parent=%C2%B2", None,
-     "share", ("parent",)),
-    ("unknown API path", "get", "/api/no-such-thing/", None, "member", ("detail",)),
-]  # fmt: skip
+    _post("tags NUL", "/api/experiments/", lambda w: _exp(w, tags=["a\x00"]), ("tags",)),
+    _post("experiment name NUL", "/api/experiments/", lambda w: _exp(w, name="a\x00"), ("name",)),
+    _post("run name NUL", RUNS, lambda w: _run(w, name="a\x00"), ("name",)),
+    _post("run name 1 MB", RUNS, lambda w: _run(w, name="n" * 2**20), ("name",)),
+    _post("config string NUL", RUNS, lambda w: _config(w, name="a\x00"), ("config", "name")),
+    _post("config.name 1 MB", RUNS, lambda w: _config(w, name="n" * 2**20), ("config", "name")),
+    _post("steps 2^31", RUNS, lambda w: _config(w, steps=2**31), ("config", "steps")),
+    _post("seed 2^63", RUNS, lambda w: _config(w, seed=2**63), ("config", "seed")),
+    _post(
+        "cluster.units 10^6",
+        RUNS,
+        lambda w: _config(w, cluster={"units": 10**6}),
+        ("config", "cluster.units"),
+    ),
+    _post(
+        "sim.speed 1e400",
+        RUNS,
+        lambda w: _raw(_config(w, sim=SIM_SPEED), "1e400"),
+        ("config.sim.speed",),
+    ),
+    _post(
+        "cluster.units 1e400",
+        RUNS,
+        lambda w: _raw(_config(w, cluster={"units": "@RAW@"}), "1e400"),
+        ("config.cluster.units",),
+    ),
+    _post("5,000-digit steps", RUNS, lambda w: _raw(_config(w, steps="@RAW@"), BIG_INT), ("body",)),
+    _post(
+        "nested 1,000 deep", RUNS, lambda w: _raw(_config(w, name="@RAW@"), DEEP_1000), ("body",)
+    ),
+    _post(
+        "fork nested 1,000 deep",
+        FORK,
+        lambda w: _raw(json.dumps({"changes": {"name": "@RAW@"}}), DEEP_1000),
+        ("body",),
+    ),
+    _post(
+        "fork steps 2^31",
+        FORK,
+        lambda w: json.dumps({"changes": {"steps": 2**31}}),
+        ("config", "steps"),
+    ),
+    _post("5 MB JSON body", RUNS, lambda w: _config(w, name="n" * 5 * 2**20), ("body",)),
+    _post(
+        "team slug taken",
+        "/api/teams/",
+        lambda w: json.dumps({"name": "Other", "slug": w["exp"].team.slug}),
+        ("slug",),
+    ),
+    _get("metrics names NUL", "/api/runs/{run}/metrics/?names=%00", ("names",)),
+    _get(
+        "metrics names NUL, share link",
+        "/api/runs/{run}/metrics/?names=%00",
+        ("names",),
+        who="share",
+    ),
+    _get("compare names NUL", "/api/runs/metrics/?runs={run}&names=a%00", ("names",)),
+    _get("search q NUL, share link", "/api/trees/{tree}/search/?q=%00", ("q",), who="share"),
+    _get(
+        "nodes parent superscript",
+        "/api/trees/{tree}/nodes/?parent=%C2%B2",
+        ("parent",),
+        who="share",
+    ),
+    _get("unknown API path", "/api/no-such-thing/", ("detail",)),
+]
 
 
 def _names(body: Any, path: tuple[str, ...]) -> bool:
@@ -120,8 +171,7 @@ def _names(body: Any, path: tuple[str, ...]) -> bool:
     return True
 
 
-@pytest.mark.parametrize(("method", "path", "body", "who", "field"),
-                         [r[1:] for r in REST], ids=[r[0] for r in REST])  # fmt: skip
+@pytest.mark.parametrize(("method", "path", "body", "who", "field"), REST)
 def test_rest_refuses_with_json_naming_the_field(world, method, path, body, who, field):
     url = path.format(run=world["run"].pk, tree=world["tree"].pk)
     client = world["anon"] if who == "share" else world["member"]
@@ -142,8 +192,9 @@ def test_rest_refuses_with_json_naming_the_field(world, method, path, body, who,
 def test_an_oversized_form_body_is_json_not_html(world):
     """Django itself refuses it (RequestDataTooBig, over DATA_UPLOAD_MAX_MEMORY_SIZE)."""
     body = "name=" + "n" * 5 * 2**20
-    resp = world["member"].post("/api/experiments/", data=body,
-                                content_type="application/x-www-form-urlencoded")  # fmt: skip
+    resp = world["member"].post(
+        "/api/experiments/", data=body, content_type="application/x-www-form-urlencoded"
+    )
     assert resp.status_code == 400 and resp.json() == {
         "body": f"larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes"
     }
@@ -181,7 +232,7 @@ def test_share_links_see_no_server_paths(world, people):
 
 def _line(**changes: Any) -> dict[str, Any]:
     obj = json.loads(_good_jsonl().splitlines()[0])
-    obj.update(changes, rollout_id="hostile", group_id="hostile")
+    obj.update({"rollout_id": "hostile", "group_id": "hostile", **changes})
     return obj
 
 
@@ -195,24 +246,28 @@ def _text(obj: dict[str, Any], raw: str = "") -> bytes:
     return json.dumps(obj).replace('"@RAW@"', raw).encode()
 
 
+def _bad(name: str, line: Any, raw: str, field: str) -> Any:
+    return pytest.param(lambda: _text(line(), raw), field, id=name)
+
+
+def _logprobs() -> dict[str, Any]:
+    return _with_call(logprobs=["@RAW@"] * len(_line()["calls"][0]["completion_ids"]))
+
+
 IMPORTS = [
-    ("progress 1e400", lambda: _text(_line(progress="@RAW@"), "1e400"), "progress"),
-    ("log-prob 1e400", lambda: _text(_with_call(logprobs=["@RAW@"] * len(
-        _line()["calls"][0]["completion_ids"])), "1e400"), "calls[0].logprobs"),
-    ("5,000-digit integer", lambda: _text(_line(progress="@RAW@"), BIG_INT), "<line>"),
-    ("nested 100,000 deep", lambda: _text(_line(progress="@RAW@"),
-                                          "[" * 100_000 + "]" * 100_000), "<line>"),
-    ("rollout_id of 101", lambda: json.dumps({**_line(), "rollout_id": "r" * 101}).encode(),
-     "rollout_id"),
-    ("task_id of 201", lambda: _text(_line(task_id="t" * 201)), "task_id"),
-    ("NUL in rollout_id", lambda: json.dumps({**_line(), "rollout_id": "a\x00"}).encode(),
-     "rollout_id"),
-    ("NUL in task_id", lambda: _text(_line(task_id="a\x00b")), "task_id"),
-    ("20 MB line", lambda: _text(_line(pad="x" * 20 * 2**20)), "<line>"),
-]  # fmt: skip
+    _bad("progress 1e400", lambda: _line(progress="@RAW@"), "1e400", "progress"),
+    _bad("log-prob 1e400", _logprobs, "1e400", "calls[0].logprobs"),
+    _bad("5,000-digit integer", lambda: _line(progress="@RAW@"), BIG_INT, "<line>"),
+    _bad("nested 100,000 deep", lambda: _line(progress="@RAW@"), DEEP_100K, "<line>"),
+    _bad("rollout_id of 101", lambda: _line(rollout_id="r" * 101), "", "rollout_id"),
+    _bad("task_id of 201", lambda: _line(task_id="t" * 201), "", "task_id"),
+    _bad("NUL in rollout_id", lambda: _line(rollout_id="a\x00"), "", "rollout_id"),
+    _bad("NUL in task_id", lambda: _line(task_id="a\x00b"), "", "task_id"),
+    _bad("20 MB line", lambda: _line(pad="x" * 20 * 2**20), "", "<line>"),
+]
 
 
-@pytest.mark.parametrize(("make", "field"), [r[1:] for r in IMPORTS], ids=[r[0] for r in IMPORTS])
+@pytest.mark.parametrize(("make", "field"), IMPORTS)
 def test_import_refuses_with_line_and_field_and_keeps_no_file(world, make, field):
     run = world["run"]
     folder = Path(settings.GYRE_RUNS_DIR) / str(run.pk) / "imports"
