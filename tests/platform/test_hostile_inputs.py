@@ -290,3 +290,25 @@ def test_import_over_the_size_bound_is_refused_naming_the_file(world, settings):
     resp = _upload(world["member"], run.pk, _good_jsonl(groups=2))
     assert resp.status_code == 400 and resp.json()["field"] == "file"
     assert sorted(folder.iterdir()) == before
+
+
+def test_django_level_errors_are_json_under_api_and_html_elsewhere(world):
+    from django.test import RequestFactory
+    from gyre_web import inputs
+
+    rf = RequestFactory()
+    api, page = rf.get("/api/runs/1/"), rf.get("/runs/1")
+    boom = RuntimeError("/srv/gyre/secret.py line 3")
+    for handler, code in [
+        (inputs.bad_request, 400),
+        (inputs.permission_denied, 403),
+        (inputs.page_not_found, 404),
+    ]:
+        resp = handler(api, boom)
+        assert (resp.status_code, resp["Content-Type"]) == (code, "application/json")
+        assert handler(page, boom)["Content-Type"].startswith("text/html")
+    resp = inputs.server_error(api)
+    assert resp.status_code == 500 and json.loads(resp.content) == {
+        "detail": "server error (logged)"
+    }
+    assert inputs.server_error(page)["Content-Type"].startswith("text/html")
