@@ -52,7 +52,7 @@ class ClusterStream:
             await self._error("expected {type: subscribe|unsubscribe, stream: cluster}")
             return
         after = content.get("after", content.get("after_seq", 0))
-        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+        if not isinstance(after, int) or isinstance(after, bool) or not 0 <= after <= 2**62:
             await self._error("after: a seq >= 0")
             return
         scope = self.consumer.scope

@@ -31,12 +31,21 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
+from gyre_core.jsonl import JsonBoundsError, loads
 from gyre_web.cluster.stream import STREAM as CLUSTER_STREAM
 from gyre_web.cluster.stream import ClusterStream
 from gyre_web.runs import selectors
 
 BATCH = 500  # events per message at most
 WINDOW = 5000  # recent events a RunFeed keeps in memory (a few seconds of a busy run)
+MAX_MESSAGE = 64 * 1024  # characters of one client message (a subscribe is ~50)
+MAX_DEPTH = 4  # a client message is flat; the bound keeps a nested one cheap to refuse
+MAX_ID = 2**62  # run ids and cursors beyond this cannot exist (bigint columns)
+
+
+def _is_id(value: Any, lo: int) -> bool:
+    """An integer in [lo, MAX_ID] that is not a bool (``True`` is the int 1 in Python)."""
+    return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= MAX_ID
 
 
 def group_name(run_id: int) -> str:
@@ -142,6 +151,30 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if hasattr(self, "cluster"):
             await self.cluster.stop()
 
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
+    ) -> None:
+        """The edge: a frame that is not one bounded JSON text message is answered with an
+        error and the socket stays open (the default raises, and Channels closes 1011)."""
+        if text_data is None:
+            await self.send_json({"type": "error", "error": "send JSON text frames, not binary"})
+            return
+        if len(text_data) > MAX_MESSAGE:
+            await self.send_json(
+                {"type": "error", "error": f"a message is at most {MAX_MESSAGE} characters"}
+            )
+            return
+        try:
+            content = await self.decode_json(text_data)
+        except JsonBoundsError as exc:
+            await self.send_json({"type": "error", "error": f"not a message: {exc.problem}"})
+            return
+        await self.receive_json(content, **kwargs)
+
+    @classmethod
+    async def decode_json(cls, text_data: str) -> Any:
+        return loads(text_data, max_depth=MAX_DEPTH)
+
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if not isinstance(content, dict):
             await self.send_json({"type": "error", "error": "send a JSON object"})
@@ -154,7 +187,7 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 await self.send_json({"type": "error", "error": f"no stream {stream!r}"})
             return
         kind, run = content.get("type"), content.get("run")
-        if kind not in ("subscribe", "unsubscribe") or not isinstance(run, int):
+        if kind not in ("subscribe", "unsubscribe") or not _is_id(run, 1):
             await self.send_json(
                 {"type": "error", "error": "expected {type: subscribe|unsubscribe, run: ID}"}
             )
@@ -163,7 +196,7 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             await self._unsubscribe(run)
             return
         after = content.get("after", content.get("after_seq", 0))
-        if not isinstance(after, int) or after < 0:
+        if not _is_id(after, 0):
             await self.send_json({"type": "error", "run": run, "error": "after: a seq >= 0"})
             return
         if not await _can_read(self.scope.get("user"), self.scope.get("share_link"), run):
