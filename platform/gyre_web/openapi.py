@@ -4,7 +4,8 @@
 statuses it can answer, each with the JSON ``Error`` body, from what the view declares:
 
 - 400 when the operation reads a request body or query parameters (a field error, a
-  malformed body); 413 when it reads a request body (over the upload limits);
+  malformed body); 413 and 415 when it reads a request body (over the size limits; a
+  content type it does not parse);
 - 401 and 403 unless the view lets anyone in (no credentials; a share link or a role that
   may not do this);
 - 404 when the path names an object (not yours, or none), or the list is paginated (an
@@ -29,7 +30,7 @@ ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
     "description": (
         'An error, as Django REST framework writes it: `{"detail": "..."}` for an error of '
-        'the whole request (credentials, permission, not found, conflict, throttled), or '
+        "the whole request (credentials, permission, not found, conflict, throttled), or "
         '`{"field": ["message", ...]}` (or `{"field": "message"}`) naming each field or query '
         "parameter that was refused (an object of the same shape for a nested field, such as "
         "`config`; `non_field_errors` for the whole body)."
@@ -67,6 +68,7 @@ _REASONS = {
     "403": "Signed in, but this caller (a share link, or this role) may not do this.",
     "404": "No such object among those this caller can see.",
     "413": "The request body is over the size limit.",
+    "415": "The request body's content type is not one this operation reads.",
     "429": "Too many requests; retry later.",
 }
 
@@ -98,7 +100,7 @@ class ApiAutoSchema(AutoSchema):  # type: ignore[misc]
         if any(p["in"] == "path" for p in params) or any(p["name"] == "cursor" for p in params):
             codes.append("404")
         if has_body:
-            codes.append("413")
+            codes += ["413", "415"]
         if self.view.get_throttles():
             codes.append("429")
         return codes

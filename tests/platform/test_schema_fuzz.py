@@ -21,6 +21,7 @@ import schemathesis
 from django.core.handlers.wsgi import WSGIHandler
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections, transaction
+from gyre_web.teams import services as teams
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
@@ -32,7 +33,6 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from gyre_web.teams import services as teams
 from tests.platform.test_endpoints import world  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.django_db
@@ -42,7 +42,7 @@ CHECKS = [
     content_type_conformance,
     response_schema_conformance,
 ]
-EXAMPLES = 20  # per operation and mode; the whole run stays around a minute
+EXAMPLES = 40  # per operation and mode; the whole run stays around a minute
 
 
 @pytest.fixture

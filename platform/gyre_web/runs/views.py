@@ -10,7 +10,6 @@ from typing import Any
 from django.core.files.uploadedfile import UploadedFile
 from django.db.models import QuerySet
 from django_filters import rest_framework as filters
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
     PolymorphicProxySerializer,
@@ -24,8 +23,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from gyre_web.access import require_role, share_link_of
-from gyre_web.openapi import ERROR
 from gyre_web.cluster import selectors as cluster_selectors
+from gyre_web.openapi import ERROR
 from gyre_web.runs import selectors, services
 from gyre_web.runs.models import Experiment, Run
 from gyre_web.runs.serializers import (
