@@ -15,7 +15,9 @@ from gyre_web.cluster.models import Gpu
 class GpuSerializer(serializers.ModelSerializer):
     node_name = serializers.CharField(source="node.name", read_only=True)
     node_alive = serializers.BooleanField(source="node.alive", read_only=True)
-    node_last_seen_at = serializers.DateTimeField(source="node.last_seen_at", read_only=True)
+    node_last_seen_at = serializers.DateTimeField(
+        source="node.last_seen_at", read_only=True, allow_null=True
+    )
     run = serializers.SerializerMethodField()
 
     class Meta:

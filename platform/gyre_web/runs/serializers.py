@@ -119,3 +119,70 @@ class EventSerializer(serializers.Serializer):
     t = serializers.FloatField()
     wall = serializers.DateTimeField()
     data = serializers.JSONField()
+
+
+# Response shapes of the run actions that answer plain dicts (documentation only).
+
+
+class EventPageSerializer(serializers.Serializer):
+    run = serializers.IntegerField()
+    events = EventSerializer(many=True)
+
+
+class MetricPointSerializer(serializers.Serializer):
+    step = serializers.IntegerField(help_text="the bucket's first step")
+    last_step = serializers.IntegerField()
+    min = serializers.FloatField()
+    max = serializers.FloatField()
+    last = serializers.FloatField(help_text="the value at last_step")
+
+
+class MetricSeriesItemSerializer(serializers.Serializer):
+    run = serializers.IntegerField()
+    name = serializers.CharField()
+    points = MetricPointSerializer(many=True)
+
+
+class MetricSeriesSerializer(serializers.Serializer):
+    bucket = serializers.IntegerField(help_text="steps per bucket, on one grid for all runs")
+    series = MetricSeriesItemSerializer(many=True)
+
+
+class RoleUnitSerializer(serializers.Serializer):
+    unit = serializers.IntegerField()
+    gpus = serializers.IntegerField()
+
+
+class RoleIntervalSerializer(serializers.Serializer):
+    unit = serializers.IntegerField()
+    role = serializers.CharField()
+    start = serializers.FloatField()
+    end = serializers.FloatField(allow_null=True, help_text="null: still in this role")
+
+
+class RoleTimelineSerializer(serializers.Serializer):
+    run = serializers.IntegerField()
+    t0 = serializers.FloatField()
+    t1 = serializers.FloatField()
+    horizon = serializers.FloatField(help_text="the run's clock now")
+    units = RoleUnitSerializer(many=True)
+    intervals = RoleIntervalSerializer(many=True)
+    truncated = serializers.BooleanField(help_text="true: more intervals than limit")
+    gpu_seconds = serializers.DictField(child=serializers.FloatField())
+    shares = serializers.DictField(child=serializers.FloatField())
+
+
+class ImportUploadSerializer(serializers.Serializer):
+    file = serializers.FileField(help_text="a gyre.trajectory/v1 JSONL file")
+
+
+class ImportCountsSerializer(serializers.Serializer):
+    rollouts = serializers.IntegerField()
+    trees = serializers.IntegerField()
+    nodes = serializers.IntegerField()
+
+
+class ImportRejectedSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    line = serializers.IntegerField(help_text="the JSONL line (from 1); 0: the whole file")
+    field = serializers.CharField(help_text="the refused field; empty: the whole line")

@@ -7,9 +7,14 @@ import math
 import re
 from typing import Any
 
+from django.core.files.uploadedfile import UploadedFile
 from django.db.models import QuerySet
 from django_filters import rest_framework as filters
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    PolymorphicProxySerializer,
+    extend_schema,
+)
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -19,12 +24,19 @@ from rest_framework.response import Response
 
 from gyre_web.access import require_role, share_link_of
 from gyre_web.cluster import selectors as cluster_selectors
+from gyre_web.openapi import ERROR
 from gyre_web.runs import selectors, services
 from gyre_web.runs.models import Experiment, Run
 from gyre_web.runs.serializers import (
+    EventPageSerializer,
     EventSerializer,
     ExperimentSerializer,
     ForkSerializer,
+    ImportCountsSerializer,
+    ImportRejectedSerializer,
+    ImportUploadSerializer,
+    MetricSeriesSerializer,
+    RoleTimelineSerializer,
     RunListSerializer,
     RunSerializer,
 )
@@ -56,6 +68,20 @@ def _float_param(request: Request, name: str) -> float | None:
     if not math.isfinite(value) or value < 0:
         raise ValidationError({name: "must be a finite number of seconds, 0 or more"})
     return value
+
+
+def _query(name: str, kind: Any, help_text: str, required: bool = False) -> OpenApiParameter:
+    return OpenApiParameter(name, kind, OpenApiParameter.QUERY, required, help_text)
+
+
+_POINTS = _query("points", int, "at most this many buckets per series (1-10000, default 500)")
+_NAMES = _query("names", str, "comma-separated metric names (default: every metric)")
+_STATE_CHANGE = extend_schema(request=None, responses={200: RunSerializer, 409: ERROR})
+_IMPORT_REJECTED = PolymorphicProxySerializer(
+    component_name="ImportError",
+    serializers=[ImportRejectedSerializer, ERROR],
+    resource_type_field_name=None,
+)
 
 
 def _config_error(err: services.ConfigInvalid) -> ValidationError:
@@ -140,6 +166,10 @@ class RunViewSet(
             RunSerializer(run, context={"request": request}).data, status=status.HTTP_201_CREATED
         )
 
+    @extend_schema(responses={204: None, 400: ERROR})
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().destroy(request, *args, **kwargs)
+
     def perform_destroy(self, instance: Run) -> None:
         require_role(self.request, instance.experiment.team_id)
         if instance.status in ("queued", "starting", "running"):
@@ -155,18 +185,22 @@ class RunViewSet(
             return Response({"detail": str(err)}, status=status.HTTP_409_CONFLICT)
         return Response(RunSerializer(result, context={"request": request}).data)
 
+    @_STATE_CHANGE
     @action(detail=True, methods=["post"], serializer_class=None)
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         return self._act(request, services.request_stop, mode="cancel")
 
+    @_STATE_CHANGE
     @action(detail=True, methods=["post"], serializer_class=None)
     def pause(self, request: Request, pk: str | None = None) -> Response:
         return self._act(request, services.request_stop, mode="pause")
 
+    @_STATE_CHANGE
     @action(detail=True, methods=["post"], serializer_class=None)
     def resume(self, request: Request, pk: str | None = None) -> Response:
         return self._act(request, services.resume_run)
 
+    @extend_schema(request=ForkSerializer, responses={201: RunSerializer})
     @action(detail=True, methods=["post"], serializer_class=ForkSerializer)
     def fork(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
@@ -186,6 +220,10 @@ class RunViewSet(
             RunSerializer(child, context={"request": request}).data, status=status.HTTP_201_CREATED
         )
 
+    @extend_schema(
+        request={"multipart/form-data": ImportUploadSerializer},
+        responses={201: ImportCountsSerializer, 400: _IMPORT_REJECTED},
+    )
     @action(detail=True, methods=["post"], url_path="import", serializer_class=None,
             parser_classes=[MultiPartParser, FileUploadParser])  # fmt: skip
     def import_trajectories(self, request: Request, pk: str | None = None) -> Response:
@@ -196,7 +234,7 @@ class RunViewSet(
         run = self.get_object()
         require_role(request, run.experiment.team_id)
         upload = request.data.get("file")
-        if upload is None:
+        if not isinstance(upload, UploadedFile):  # absent, or a plain form field
             raise ValidationError({"file": "attach a gyre.trajectory/v1 JSONL file"})
         try:
             counts = import_trajectories(run=run, upload=upload)
@@ -205,6 +243,14 @@ class RunViewSet(
             return Response(body, status=status.HTTP_400_BAD_REQUEST)
         return Response(counts, status=status.HTTP_201_CREATED)
 
+    @extend_schema(
+        responses=EventPageSerializer,
+        parameters=[
+            _query("after", int, "only the events with seq above this cursor (default 0)"),
+            _query("limit", int, "at most this many events (1-10000, default 1000)"),
+            _query("kind", str, "comma-separated event kinds (default: every kind)"),
+        ],
+    )
     @action(detail=True, methods=["get"], serializer_class=EventSerializer, pagination_class=None)
     def events(self, request: Request, pk: str | None = None) -> Response:
         """?after=SEQ&limit=N the events after a cursor; ?kind=a,b only those kinds."""
@@ -217,6 +263,14 @@ class RunViewSet(
         rows = selectors.events_after(run_id=run.pk, after=after, limit=limit, kinds=kinds)
         return Response({"run": run.pk, "events": [r.as_message() for r in rows]})
 
+    @extend_schema(
+        responses=RoleTimelineSerializer,
+        parameters=[
+            _query("t0", float, "the window's start, seconds on the run's clock (default 0)"),
+            _query("t1", float, "the window's end (default: the run's clock now)"),
+            _query("limit", int, "at most this many intervals (1-100000, default 20000)"),
+        ],
+    )
     @action(detail=True, methods=["get"], serializer_class=None, pagination_class=None)
     def roles(self, request: Request, pk: str | None = None) -> Response:
         """The GPU role timeline from the stored role intervals: ?t0=&t1= (seconds on the
@@ -229,12 +283,17 @@ class RunViewSet(
         limit = _int_param(request, "limit", 20000, 1, 100000)
         return Response(cluster_selectors.role_intervals(run_id=run.pk, t0=t0, t1=t1, limit=limit))
 
+    @extend_schema(responses=MetricSeriesSerializer, parameters=[_NAMES, _POINTS])
     @action(detail=True, methods=["get"], serializer_class=None, pagination_class=None)
     def metrics(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
         return self._metrics(request, [run.pk])
 
-    @extend_schema(operation_id="runs_metrics_compare")
+    @extend_schema(
+        operation_id="runs_metrics_compare",
+        responses={200: MetricSeriesSerializer, 404: ERROR},
+        parameters=[_query("runs", str, "comma-separated run ids", required=True), _NAMES, _POINTS],
+    )
     @action(detail=False, methods=["get"], url_path="metrics", serializer_class=None,
             pagination_class=None)  # fmt: skip
     def compare_metrics(self, request: Request) -> Response:

@@ -72,7 +72,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "gyre_web.access.IdCursorPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "gyre_web.openapi.ApiAutoSchema",
 }
 
 SPECTACULAR_SETTINGS = {

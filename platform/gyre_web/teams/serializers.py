@@ -53,6 +53,13 @@ class ApiTokenSerializer(serializers.ModelSerializer):
         read_only_fields = ["prefix", "created_at", "last_used_at", "revoked_at"]
 
 
+class ApiTokenCreatedSerializer(ApiTokenSerializer):
+    key = serializers.CharField(read_only=True, help_text="the token's key, shown only once")
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "key"]
+
+
 class ShareLinkSerializer(serializers.ModelSerializer):
     class Meta:
         model = ShareLink
@@ -79,3 +86,10 @@ class ShareLinkSerializer(serializers.ModelSerializer):
                 {"experiment": "give exactly one of experiment or run"}
             )
         return attrs
+
+
+class ShareLinkCreatedSerializer(ShareLinkSerializer):
+    key = serializers.CharField(read_only=True, help_text="the link's key, shown only once")
+
+    class Meta(ShareLinkSerializer.Meta):
+        fields = [*ShareLinkSerializer.Meta.fields, "key"]

@@ -7,6 +7,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
@@ -14,11 +15,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from gyre_web.access import require_manager, require_role
+from gyre_web.openapi import ERROR
 from gyre_web.teams import selectors, services
 from gyre_web.teams.models import ApiToken, Membership, ShareLink, Team
 from gyre_web.teams.serializers import (
+    ApiTokenCreatedSerializer,
     ApiTokenSerializer,
     MembershipSerializer,
+    ShareLinkCreatedSerializer,
     ShareLinkSerializer,
     TeamSerializer,
 )
@@ -47,7 +51,16 @@ class TeamViewSet(viewsets.ModelViewSet):
         require_role(self.request, instance.pk, frozenset({"owner"}))
         instance.delete()
 
-    @action(detail=True, methods=["get", "post"], serializer_class=MembershipSerializer)
+    @extend_schema(methods=["GET"], responses=MembershipSerializer(many=True))
+    @extend_schema(
+        methods=["POST"], request=MembershipSerializer, responses={201: MembershipSerializer}
+    )
+    @action(
+        detail=True,
+        methods=["get", "post"],
+        serializer_class=MembershipSerializer,
+        pagination_class=None,
+    )
     def members(self, request: Request, pk: str | None = None) -> Response:
         team = self.get_object()
         if request.method == "GET":
@@ -61,6 +74,7 @@ class TeamViewSet(viewsets.ModelViewSet):
         )
         return Response(MembershipSerializer(m).data, status=status.HTTP_201_CREATED)
 
+    @extend_schema(responses={204: None, 400: ERROR})
     @action(detail=True, methods=["delete"], url_path=r"members/(?P<username>[^/]+)")
     def remove_member(
         self, request: Request, pk: str | None = None, username: str = ""
@@ -93,6 +107,7 @@ class ApiTokenViewSet(
     def get_queryset(self) -> QuerySet[ApiToken]:
         return selectors.tokens_of(self.request.user)
 
+    @extend_schema(responses={201: ApiTokenCreatedSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         ser = self.get_serializer(data=request.data)
         ser.is_valid(raise_exception=True)
@@ -113,6 +128,7 @@ class ShareLinkViewSet(ApiTokenViewSet):
     def get_queryset(self) -> QuerySet[ShareLink]:  # type: ignore[override]
         return selectors.share_links_of(self.request.user)
 
+    @extend_schema(responses={201: ShareLinkCreatedSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         ser = self.get_serializer(data=request.data)
         ser.is_valid(raise_exception=True)

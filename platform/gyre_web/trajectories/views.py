@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -99,6 +100,11 @@ class TreeViewSet(viewsets.ReadOnlyModelViewSet):
         runs = runs_visible(self.request.user, share_link_of(self.request))
         return Tree.objects.filter(run__in=runs)
 
+    @extend_schema(
+        responses=TreeNodeSerializer(many=True),
+        filters=False,
+        parameters=[OpenApiParameter("parent", int, description="a node id (default: roots)")],
+    )
     @action(detail=True, methods=["get"], serializer_class=TreeNodeSerializer,
             pagination_class=NodePagination)  # fmt: skip
     def nodes(self, request: Request, pk: str | None = None) -> Response:
@@ -112,6 +118,11 @@ class TreeViewSet(viewsets.ReadOnlyModelViewSet):
         data = TreeNodeSerializer(page, many=True).data
         return self.get_paginated_response(data)
 
+    @extend_schema(
+        responses=TreeNodeSerializer(many=True),
+        filters=False,
+        parameters=[OpenApiParameter("q", str, required=True, description="the text to find")],
+    )
     @action(detail=True, methods=["get"], serializer_class=TreeNodeSerializer,
             pagination_class=None)  # fmt: skip
     def search(self, request: Request, pk: str | None = None) -> Response:
@@ -122,6 +133,7 @@ class TreeViewSet(viewsets.ReadOnlyModelViewSet):
         rows = selectors.search_nodes(tree_id=tree.pk, text=text)
         return Response(TreeNodeSerializer(rows, many=True).data)
 
+    @extend_schema(responses=TreeNodeSerializer(many=True), filters=False)
     @action(detail=True, methods=["get"], url_path=r"path/(?P<node_id>\d+)",
             serializer_class=TreeNodeSerializer, pagination_class=None)  # fmt: skip
     def path(self, request: Request, pk: str | None = None, node_id: str = "") -> Response:
