@@ -3,6 +3,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from gyre_web.access import share_link_of
@@ -172,8 +174,13 @@ class RoleTimelineSerializer(serializers.Serializer):
     shares = serializers.DictField(child=serializers.FloatField())
 
 
+@extend_schema_field(OpenApiTypes.BINARY)
+class UploadField(serializers.FileField):
+    """A file part of a multipart body (documented as binary, not as a URL)."""
+
+
 class ImportUploadSerializer(serializers.Serializer):
-    file = serializers.FileField(help_text="a gyre.trajectory/v1 JSONL file")
+    file = UploadField(help_text="a gyre.trajectory/v1 JSONL file")
 
 
 class ImportCountsSerializer(serializers.Serializer):
