@@ -182,6 +182,15 @@ class EventSink(Protocol):
     def emit(self, event: Event) -> None: ...
 
 
+def flush_sink(sink: EventSink) -> None:
+    """Store what ``sink`` holds, if it buffers (a sink that does has ``flush()``): a job
+    calls this before it records a checkpoint, so a checkpoint never runs ahead of the
+    events the sink has stored."""
+    flush = getattr(sink, "flush", None)
+    if callable(flush):
+        flush()
+
+
 class ListSink:
     """Collects events in memory (tests, notebooks)."""
 
@@ -228,6 +237,7 @@ __all__ = [
     "RunStatus",
     "StepFinished",
     "TreeReady",
+    "flush_sink",
     "storable",
     "storable_text",
 ]

@@ -113,6 +113,9 @@ class JobSink:
         if not (isinstance(event, RunStatus) and event.status in TERMINAL):
             self.sink.emit(event)
 
+    def flush(self) -> None:  # a job flushes before it checkpoints
+        self.sink.flush()
+
 
 def wake_message(run_id: int, rows: list[Any]) -> dict[str, Any]:
     """The wake-up for a committed batch. It carries the batch itself (as the table will

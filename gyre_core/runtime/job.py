@@ -26,6 +26,9 @@ class StopCheckingSink:
         if self.should_stop():
             raise Cancelled
 
+    def flush(self) -> None:
+        ev.flush_sink(self.sink)
+
 
 def error_line(exc: BaseException) -> str:
     """One line naming ``exc`` (its type and the first line of its message, 500 characters

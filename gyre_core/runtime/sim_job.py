@@ -4,7 +4,7 @@ workload, emitting the same events a real run does (on simulated time).
 Resume: a simulated run is deterministic (its config and seed fix every event), so its
 checkpoint is a position in its event stream, ``sim-checkpoint.json`` in the workdir:
 the events emitted up to the last finished step, or up to the stop when it was cancelled
-or paused. A resumed run computes the simulation again and emits only what follows that
+or paused, recorded once the sink has stored them (a killed worker loses no event). A resumed run computes the simulation again and emits only what follows that
 position, so each step is logged once. A checkpoint of another config is ignored.
 """
 
@@ -49,6 +49,7 @@ class StreamCheckpoint:
             self.save()
 
     def save(self) -> None:
+        ev.flush_sink(self.sink)  # what the checkpoint counts as emitted is stored first
         state = {"config": self.config, "events": self.events, "step": self.step}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
