@@ -10,11 +10,36 @@ sink writes to Postgres and broadcasts, tests collect into a :class:`ListSink`.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import IO, Any, ClassVar, Protocol
 
 from gyre_core.cluster import ROLES  # the roles a role_change names
+
+# What no store takes: NUL (PostgreSQL's text and jsonb refuse it) and lone surrogates
+# (UTF-8 cannot encode them; jsonb refuses their escapes).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+NUL_MARK, SURROGATE_MARK = "\u2400", "\ufffd"  # ␀ and the replacement character, visibly
+
+
+def storable_text(text: str) -> str:
+    """``text`` as every store takes it: NUL becomes ␀, a lone surrogate U+FFFD."""
+    if _UNSTORABLE.search(text) is None:
+        return text
+    return _UNSTORABLE.sub(lambda m: NUL_MARK if m.group() == "\x00" else SURROGATE_MARK, text)
+
+
+def storable(value: Any) -> Any:
+    """A JSON-shaped value with :func:`storable_text` applied to every string in it (dict
+    keys included): what events and derived rows carry into a database."""
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(storable(v) for v in value)
+    return value
 
 
 def _now() -> str:
@@ -31,7 +56,8 @@ class Event:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("t", "wall")}
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "t": self.t, "wall": self.wall, "data": self.data()}
+        """The event as every sink writes it, its text made storable (see ``storable``)."""
+        return {"kind": self.kind, "t": self.t, "wall": self.wall, "data": storable(self.data())}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -156,6 +182,15 @@ class EventSink(Protocol):
     def emit(self, event: Event) -> None: ...
 
 
+def flush_sink(sink: EventSink) -> None:
+    """Store what ``sink`` holds, if it buffers (a sink that does has ``flush()``): a job
+    calls this before it records a checkpoint, so a checkpoint never runs ahead of the
+    events the sink has stored."""
+    flush = getattr(sink, "flush", None)
+    if callable(flush):
+        flush()
+
+
 class ListSink:
     """Collects events in memory (tests, notebooks)."""
 
@@ -202,4 +237,7 @@ __all__ = [
     "RunStatus",
     "StepFinished",
     "TreeReady",
+    "flush_sink",
+    "storable",
+    "storable_text",
 ]

@@ -59,3 +59,13 @@ def test_a_simulated_run_streams_events_that_parse_back() -> None:
 def test_unknown_kinds_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown event kind 'nope'"):
         ev.event_from_json({"kind": "nope", "t": 0, "wall": "", "data": {}})
+
+
+def test_event_text_is_made_storable_once_in_to_json() -> None:
+    e = ev.StepFinished(t=1.0, step=1, version=1, metrics={"lo\x00ss": 0.5})
+    assert e.to_json()["data"]["metrics"] == {"lo\u2400ss": 0.5}
+    assert ev.storable({"a": ["x\x00", ("\ud800", 3)], "b": None}) == {
+        "a": ["x\u2400", ("\ufffd", 3)],
+        "b": None,
+    }
+    assert ev.storable_text("plain ✓") == "plain ✓"

@@ -16,9 +16,10 @@ from gyre_web.runs.consumers import group_name
 from gyre_web.runs.services import append_events
 from gyre_web.trajectories.services import record_rollout_events
 
-from gyre_core.events import Event
+from gyre_core.events import Event, RunStatus
 from workers.wake import Waker
 
+TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 PAYLOAD_EVENTS = 500  # a wake-up carries its batch up to this many events (consumers.BATCH)
 
 # rollouts_written: the step's payload file, imported into rollouts, trees and nodes
@@ -98,6 +99,22 @@ class DbSink:
 
     def _wake(self, message: dict[str, Any]) -> None:
         Waker.of(self.layer).send(group_name(self.run_id), message)
+
+
+class JobSink:
+    """What the worker hands ``run_job``: the run's DbSink, less the job's own terminal
+    ``run_status``. The worker writes the run's one terminal event itself, with the final
+    status (a cancelled job may end the run ``paused``) in the transaction that sets it."""
+
+    def __init__(self, sink: DbSink) -> None:
+        self.sink = sink
+
+    def emit(self, event: Event) -> None:
+        if not (isinstance(event, RunStatus) and event.status in TERMINAL):
+            self.sink.emit(event)
+
+    def flush(self) -> None:  # a job flushes before it checkpoints
+        self.sink.flush()
 
 
 def wake_message(run_id: int, rows: list[Any]) -> dict[str, Any]:

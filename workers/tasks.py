@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import sys
 import time
-import traceback
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from gyre_web.runs.models import Run, Status
 
 from gyre_core.events import RunStatus
 from workers.celery_app import app
-from workers.sink import DbSink
+from workers.sink import DbSink, JobSink
 
 log = logging.getLogger(__name__)
 INVENTORY_EVERY_S = 30.0  # how often a run on a shared Ray cluster refreshes the inventory
@@ -94,7 +93,7 @@ def _status_event(sink: DbSink, status: str, step: int, message: str = "") -> No
 def launch_run(self: Any, run_id: int) -> str:
     """queued -> starting -> running -> succeeded | failed | cancelled | paused."""
     from gyre_core.config import RunConfig
-    from gyre_core.runtime import run_job
+    from gyre_core.runtime import error_line, run_job
 
     claimed = _claim(run_id, self.request.id or "")
     if claimed is None:
@@ -113,12 +112,16 @@ def launch_run(self: Any, run_id: int) -> str:
     _status_event(sink, Status.RUNNING, run.step, "resumed" if continuing else "started")
     try:
         cfg = RunConfig.from_dict(run.config)
-        summary = run_job(cfg, sink=sink, workdir=workdir, should_stop=stop, resume=resume)
+        job_sink = JobSink(sink)  # the run's one terminal event is _finish's
+        summary = run_job(cfg, sink=job_sink, workdir=workdir, should_stop=stop, resume=resume)
     except Exception as err:
-        sink.flush()
-        message = f"{type(err).__name__}: {err}"
-        error = traceback.format_exc(limit=20)
-        _finish(run_id, sink, Status.FAILED, message, error=error, checkpoint_path=str(workdir))
+        log.exception("run %s failed", run_id)  # the traceback stays in the worker's log
+        try:
+            sink.flush()
+        except Exception:  # the batch is dropped; the run must still be marked failed
+            log.exception("run %s: its last events could not be stored", run_id)
+        message = error_line(err)  # one line for Run.error and the event: no server paths
+        _finish(run_id, sink, Status.FAILED, message, error=message, checkpoint_path=str(workdir))
         return Status.FAILED
     sink.flush()
     if summary.get("status") == "cancelled":
@@ -128,7 +131,7 @@ def launch_run(self: Any, run_id: int) -> str:
     else:
         final = Status.SUCCEEDED
     error = str(summary.get("error", ""))
-    _finish(run_id, sink, final, error=error, checkpoint_path=str(workdir))
+    _finish(run_id, sink, final, error, error=error, checkpoint_path=str(workdir))
     return final
 
 

@@ -1,6 +1,6 @@
 """Runs a configured job: the simulator (``backend: sim``) or real units on Ray
 (``backend: real``). Both report through the same :class:`~gyre_core.events.EventSink`."""
 
-from gyre_core.runtime.job import Cancelled, run_job
+from gyre_core.runtime.job import Cancelled, error_line, run_job
 
-__all__ = ["Cancelled", "run_job"]
+__all__ = ["Cancelled", "error_line", "run_job"]

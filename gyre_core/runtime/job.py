@@ -26,6 +26,16 @@ class StopCheckingSink:
         if self.should_stop():
             raise Cancelled
 
+    def flush(self) -> None:
+        ev.flush_sink(self.sink)
+
+
+def error_line(exc: BaseException) -> str:
+    """One line naming ``exc`` (its type and the first line of its message, 500 characters
+    at most): what a failed run reports. The traceback belongs in a log, not here."""
+    lines = str(exc).strip().splitlines()
+    return (f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__)[:500]
+
 
 def run_job(
     cfg: RunConfig,
@@ -57,6 +67,6 @@ def run_job(
         sink.emit(ev.RunStatus(t=0.0, status="cancelled", step=0, message="cancelled by user"))
         return {"policy": cfg.policy, "backend": cfg.backend, "status": "cancelled"}
     except Exception as exc:
-        sink.emit(ev.RunStatus(t=0.0, status="failed", step=0, message=str(exc)[:500]))
+        sink.emit(ev.RunStatus(t=0.0, status="failed", step=0, message=error_line(exc)))
         raise
     return summary

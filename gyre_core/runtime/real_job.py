@@ -56,11 +56,13 @@ def run_real(
                             cfg.cluster.gpus_per_unit, cfg.cluster.object_store_mb)  # fmt: skip
     threaded = ThreadedSink(sink)  # sinks may block (database writes): keep them off the loop
     try:
-        return asyncio.run(_run(cfg, threaded, workdir, model_dir, should_stop, resume, say))
-    finally:
+        summary = asyncio.run(_run(cfg, threaded, workdir, model_dir, should_stop, resume, say))
+    finally:  # also when the sink failed: close() never raises, so Ray always goes down
         threaded.close()
         if started_ray:
-            ray.shutdown()
+            ray.shutdown()  # the unit actors (engines, trainers) end with the driver's job
+    threaded.check()  # a sink that failed on the run's last events fails the run too
+    return summary
 
 
 REFERENCE_FILE = "reference.safetensors"  # the KL's reference when it is not the checkpoint

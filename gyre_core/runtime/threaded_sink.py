@@ -1,5 +1,9 @@
 """A sink that hands events to a background thread, so a slow downstream sink (a database
-write, a network send) never blocks the run's event loop. ``close`` drains it."""
+write, a network send) never blocks the run's event loop. ``close`` drains it.
+
+A downstream failure is kept, not lost: the next ``emit`` raises :class:`SinkFailed`
+(the run stops there), and ``close`` still drains and joins the thread without raising,
+so the caller can shut everything down before ``check`` reports the failure."""
 
 from __future__ import annotations
 
@@ -7,8 +11,16 @@ import queue
 import threading
 
 from gyre_core import events as ev
+from gyre_core.runtime.job import error_line
 
 _DONE = object()
+
+
+class SinkFailed(RuntimeError):
+    """The downstream sink raised; the message is one line naming the cause."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"event sink failed: {error_line(cause)}")
 
 
 class ThreadedSink:
@@ -20,15 +32,18 @@ class ThreadedSink:
         self._thread.start()
 
     def emit(self, event: ev.Event) -> None:
-        if self.errors:
-            raise RuntimeError(f"event sink failed: {self.errors[0]}") from self.errors[0]
+        self.check()
         self._q.put(event)
 
+    def check(self) -> None:
+        """Raise :class:`SinkFailed` if the downstream sink has failed."""
+        if self.errors:
+            raise SinkFailed(self.errors[0]) from self.errors[0]
+
     def close(self) -> None:
+        """Drain the queue and join the thread; never raises (see ``check``)."""
         self._q.put(_DONE)
         self._thread.join()
-        if self.errors:
-            raise RuntimeError(f"event sink failed: {self.errors[0]}") from self.errors[0]
 
     def _work(self) -> None:
         while (item := self._q.get()) is not _DONE:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from django.conf import settings
 from gyre_web.runs import services
+from gyre_web.runs.models import RunEvent
 from gyre_web.teams import services as teams
 from gyre_web.trajectories.models import Rollout, Tree, TreeNode
 
@@ -178,3 +179,26 @@ def test_tokens_endpoint_permissions_and_a_tree_without_payload(run, people, cli
     assert client_for().get(url, HTTP_X_GYRE_SHARE=key).status_code == 200
     other = f"/api/trees/{tree.pk}/nodes/{node.pk + 10_000}/tokens/"
     assert client_for(people["member"]).get(other).status_code == 404
+
+
+def test_a_token_that_decodes_to_nul_is_stored_visibly(run, tokenizer, tmp_path):
+    # Byte-level BPE has a token per byte, NUL included: a sampled completion can hold it,
+    # and PostgreSQL's text and jsonb columns refuse the character it decodes to.
+    tok, _ = tokenizer
+    nul = next(i for i in range(tok.get_vocab_size()) if tok.decode([i]) == "\x00")
+    completion = np.concatenate([_ids(tok, "assert"), [nul], _ids(tok, " tests pass\n")])
+    r0 = _rollout("r0", "g0", _ids(tok, "def main():\n"), completion.astype(np.int64), 0, 1.0)
+    path = tmp_path / "step-00001.jsonl"
+    write_rollouts(path, [r0])
+    events = _step_events([r0], 1, path)
+    events.append(ev.RunStatus(t=3.0, status="running", step=1, message="a\x00b \ud800"))
+    events.append(ev.RolloutStarted(t=3.0, rollout_id="r9", task_id="t\x00", group_id="g", step=1))
+    _deliver(run.pk, events)  # on PostgreSQL: would raise DataError if a NUL reached it
+
+    (node,) = TreeNode.objects.filter(tree__run=run)  # one rollout: one segment
+    head = [*r0.calls[0].prompt_ids.tolist(), *completion.tolist()][:24]  # PREVIEW_TOKENS
+    assert node.preview == tok.decode(head).replace("\x00", "\u2400")
+    assert "\u2400" in node.preview and "\x00" not in node.preview
+    (status,) = RunEvent.objects.filter(run=run, kind="run_status")
+    assert status.data["message"] == "a\u2400b \ufffd"
+    assert Rollout.objects.get(run=run, rollout_id="r9").task_id == "t\u2400"

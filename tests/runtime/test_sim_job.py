@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from gyre_core.config import RunConfig
 from gyre_core.events import ListSink
 from gyre_core.runtime import run_job
@@ -39,3 +41,42 @@ def test_gyre_run_json_summary_is_the_last_line(tmp_path) -> None:
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["policy"] == "colocate" and summary["sessions_restarted"] == 0
     assert "step 3" in out.stderr
+
+
+def _stream(events) -> list[tuple]:
+    """What an event says, without its wall clock."""
+    return [(e.kind, e.t, tuple(sorted((k, repr(v)) for k, v in e.data().items()))) for e in events]
+
+
+# Colocate spreads the steps out: step_finished is the 72nd, 145th and 218th of 219 events.
+COLOCATE = {**SIM, "scheduler": {"policy": "colocate"}}
+
+
+@pytest.mark.parametrize("stop_after", [5, 100])  # before step 1; inside step 2
+def test_a_resumed_sim_run_continues_where_it_stopped(tmp_path, stop_after) -> None:
+    cfg = RunConfig.from_dict(COLOCATE)
+    full = ListSink()
+    run_job(cfg, sink=full, workdir=tmp_path / "full")
+    first, resumed = ListSink(), ListSink()
+    out = run_job(
+        cfg, sink=first, workdir=tmp_path, should_stop=lambda: len(first.events) >= stop_after
+    )
+    assert out["status"] == "cancelled" and first.events[-1].status == "cancelled"
+    out = run_job(cfg, sink=resumed, workdir=tmp_path, resume=True)
+    assert out["status"] == "succeeded" and out["steps"] == 3
+    # The stopped part and the resumed part are the uninterrupted run, each event once.
+    assert _stream(first.events[:-1] + resumed.events) == _stream(full.events)
+    assert [e.step for e in first.events + resumed.events if e.kind == "step_finished"] == [1, 2, 3]
+
+
+def test_a_checkpoint_of_another_config_is_not_resumed(tmp_path) -> None:
+    first = ListSink()
+    run_job(
+        RunConfig.from_dict(COLOCATE),
+        sink=first,
+        workdir=tmp_path,
+        should_stop=lambda: len(first.events) >= 100,
+    )
+    other = ListSink()
+    run_job(RunConfig.from_dict({**COLOCATE, "seed": 1}), sink=other, workdir=tmp_path, resume=True)
+    assert [e.step for e in other.events if e.kind == "step_finished"] == [1, 2, 3]

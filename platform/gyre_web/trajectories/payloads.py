@@ -21,6 +21,7 @@ import numpy as np
 from django.conf import settings
 from django.db import transaction
 
+from gyre_core.events import storable_text
 from gyre_core.trajectory.format import Rollout as CoreRollout
 from gyre_core.trajectory.format import TrajectoryFormatError, read_rollouts
 from gyre_core.trajectory.rewards import assign_weights
@@ -80,7 +81,8 @@ def node_specs(tree: PrefixTree, decode: Decode | None) -> list[dict[str, Any]]:
                 "token_start": node.start,
                 "token_end": node.end,
                 "trainable": int(node.generated.sum()),
-                "preview": decode(head) if decode else ids_preview(node.tokens),
+                # a token may decode to NUL, which PostgreSQL text refuses: shown as ␀
+                "preview": storable_text(decode(head)) if decode else ids_preview(node.tokens),
                 "advantage": node_advantage(node),
                 "leaves": leaves(node),
             }
