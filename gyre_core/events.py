@@ -10,6 +10,7 @@ sink writes to Postgres and broadcasts, tests collect into a :class:`ListSink`.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
@@ -32,7 +33,10 @@ def storable_text(text: str) -> str:
 
 def storable(value: Any) -> Any:
     """A JSON-shaped value with :func:`storable_text` applied to every string in it (dict
-    keys included): what events and derived rows carry into a database."""
+    keys included) and every NaN or infinite number made null (JSON has neither, and
+    Postgres' jsonb refuses them): what events and derived rows carry into a database."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     if isinstance(value, str):
         return storable_text(value)
     if isinstance(value, dict):

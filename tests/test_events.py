@@ -69,3 +69,11 @@ def test_event_text_is_made_storable_once_in_to_json() -> None:
         "b": None,
     }
     assert ev.storable_text("plain ✓") == "plain ✓"
+
+
+def test_non_finite_numbers_become_null_in_to_json() -> None:
+    e = ev.StepFinished(
+        t=1.0, step=1, version=1, metrics={"loss": float("nan"), "kl": float("inf"), "r": 0.5}
+    )
+    assert e.to_json()["data"]["metrics"] == {"loss": None, "kl": None, "r": 0.5}
+    json.dumps(e.to_json(), allow_nan=False)  # strict JSON: what Postgres' jsonb takes

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from django.conf import settings
 from gyre_web.runs import services
-from gyre_web.runs.models import RunEvent
+from gyre_web.runs.models import MetricPoint, RunEvent
 from gyre_web.teams import services as teams
 from gyre_web.trajectories.models import Rollout, Tree, TreeNode
 
@@ -202,3 +202,13 @@ def test_a_token_that_decodes_to_nul_is_stored_visibly(run, tokenizer, tmp_path)
     (status,) = RunEvent.objects.filter(run=run, kind="run_status")
     assert status.data["message"] == "a\u2400b \ufffd"
     assert Rollout.objects.get(run=run, rollout_id="r9").task_id == "t\u2400"
+
+
+def test_a_nan_metric_is_stored_as_null_and_makes_no_point(run):
+    # A diverging loss is NaN; JSON has no NaN and PostgreSQL's jsonb refuses the token.
+    metrics = {"loss": float("nan"), "reward": 0.25}
+    _deliver(run.pk, [ev.StepFinished(t=1.0, step=1, version=1, metrics=metrics)])
+    (row,) = RunEvent.objects.filter(run=run, kind="step_finished")
+    assert row.data["metrics"] == {"loss": None, "reward": 0.25}
+    stored = set(MetricPoint.objects.filter(run=run).values_list("name", "value"))
+    assert stored == {("reward", 0.25)}

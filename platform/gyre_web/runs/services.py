@@ -212,7 +212,12 @@ def append_events(*, run_id: int, events: list[dict[str, Any]]) -> list[RunEvent
         if e["kind"] == "step_finished":
             step = max(step, int(data["step"]))
             metrics = data.get("metrics", {})
-            points += [(str(k), int(data["step"]), float(v)) for k, v in metrics.items()]
+            # A NaN or infinite value arrives as null (events.storable): no point for it.
+            points += [
+                (str(k), int(data["step"]), float(v))
+                for k, v in metrics.items()
+                if isinstance(v, int | float)
+            ]
         elif e["kind"] == "benchmark":
             scores.append(
                 BenchmarkScore(
