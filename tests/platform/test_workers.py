@@ -133,21 +133,32 @@ def test_a_job_that_raises_ends_failed_with_its_error(worker, exp, sim_config):
     assert last.data["status"] == "failed"
 
 
-def test_the_reaper_fails_runs_whose_worker_went_quiet(exp, sim_config):
+def test_the_reaper_resumes_or_fails_runs_whose_worker_went_quiet(exp, sim_config):
     from datetime import timedelta
 
     from django.utils import timezone
 
     from workers.tasks import reap_stale_runs
 
-    run = services.create_run(experiment=exp, config=sim_config, launch=False)
-    services.transition(run.pk, Status.STARTING)
-    services.transition(run.pk, Status.RUNNING)
-    assert reap_stale_runs() == 0  # fresh heartbeat
-    Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(hours=1))
-    assert reap_stale_runs() == 1
-    reaped = Run.objects.get(pk=run.pk)
-    assert reaped.status == Status.FAILED and "heartbeat" in reaped.error
+    runs = []
+    for backend in ("sim", "real"):  # a sim run replays; a real one without checkpoint fails
+        run = services.create_run(experiment=exp, config=sim_config, launch=False)
+        Run.objects.filter(pk=run.pk).update(backend=backend)
+        services.transition(run.pk, Status.STARTING)
+        services.transition(run.pk, Status.RUNNING)
+        runs.append(run)
+    assert reap_stale_runs() == 0  # fresh heartbeats
+    Run.objects.filter(pk__in=[r.pk for r in runs]).update(
+        heartbeat_at=timezone.now() - timedelta(hours=1)
+    )
+    assert reap_stale_runs() == 2
+    resumed, failed = (Run.objects.get(pk=r.pk) for r in runs)
+    # queued again and relaunched through the outbox (this module's worker may take it)
+    assert resumed.status != Status.FAILED and resumed.launches.count() == 1
+    assert failed.status == Status.FAILED and "no checkpoint" in failed.error
+    for run, status in ((resumed, "queued"), (failed, "failed")):
+        event = RunEvent.objects.get(run=run, kind="run_status", data__status=status)
+        assert "stopped heartbeating" in event.data["message"]
 
 
 @pytest.fixture(scope="module")
