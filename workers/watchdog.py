@@ -72,8 +72,8 @@ class Watchdog:
                     last_reap = time.monotonic()
                     services.reap_stale_runs()
                     services.dispatch_launches()
-            except Exception:  # the database may be restarting: try again next tick
-                log.exception("watchdog tick failed")
+            except Exception as err:  # the database may be restarting: try again next tick
+                log.warning("watchdog tick failed: %s: %s", type(err).__name__, err)
             finally:
                 connection.close()  # this thread's own; a new one next tick
             self.stopping.wait(min(beat, every))

@@ -151,10 +151,14 @@ def test_the_reaper_resumes_or_fails_runs_whose_worker_went_quiet(exp, sim_confi
     Run.objects.filter(pk__in=[r.pk for r in runs]).update(
         heartbeat_at=timezone.now() - timedelta(hours=1)
     )
-    assert reap_stale_runs() == 2
-    resumed, failed = (Run.objects.get(pk=r.pk) for r in runs)
-    # queued again and relaunched through the outbox (this module's worker may take it)
-    assert resumed.status != Status.FAILED and resumed.launches.count() == 1
+    from django.db import transaction
+
+    with transaction.atomic():  # cancelled before this module's worker can relaunch it
+        assert reap_stale_runs() == 2
+        resumed, failed = (Run.objects.get(pk=r.pk) for r in runs)
+        assert resumed.status == Status.QUEUED and resumed.resume_requested
+        assert resumed.launches.get(task_id=resumed.celery_task_id)  # through the outbox
+        services.request_stop(run=resumed)
     assert failed.status == Status.FAILED and "no checkpoint" in failed.error
     for run, status in ((resumed, "queued"), (failed, "failed")):
         event = RunEvent.objects.get(run=run, kind="run_status", data__status=status)

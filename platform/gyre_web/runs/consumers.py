@@ -37,6 +37,7 @@ from gyre_web.runs import selectors
 
 BATCH = 500  # events per message at most
 WINDOW = 5000  # recent events a RunFeed keeps in memory (a few seconds of a busy run)
+OUTAGE_POLL = 0.5  # seconds between table reads while the channel layer cannot wake us
 
 
 def group_name(run_id: int) -> str:
@@ -212,8 +213,18 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 after = events[-1]["seq"]
                 if len(events) == BATCH:
                     continue  # more waiting in the table
+            await self._wait(wake, poll)
+
+    async def _wait(self, wake: asyncio.Event, poll: float) -> None:
+        """Until a wake-up, or ``poll`` seconds; every OUTAGE_POLL seconds while the
+        channel layer reports Redis down (``down_since``), since no wake-up comes then."""
+        deadline = asyncio.get_running_loop().time() + poll
+        while (left := deadline - asyncio.get_running_loop().time()) > 0:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), timeout=poll)
+                await asyncio.wait_for(wake.wait(), timeout=min(left, OUTAGE_POLL))
+                return
+            if getattr(self.channel_layer, "down_since", None) is not None:
+                return
 
     async def run_events(self, message: dict[str, Any]) -> None:
         """Channel-layer wake-up sent by the worker's sink after it commits events."""
