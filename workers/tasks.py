@@ -6,13 +6,11 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.db import OperationalError, transaction
-from django.utils import timezone
 from gyre_web.cluster.services import close_role_intervals, release_gpus
 from gyre_web.runs import services
 from gyre_web.runs.models import Run, Status
@@ -51,30 +49,6 @@ class StopFlag:
         return bool(self.mode)
 
 
-def _claim(run_id: int, task_id: str) -> tuple[Run, bool] | None:
-    """Take the run for this delivery: (run, resume) or None when there is nothing to do."""
-    with transaction.atomic():
-        run = Run.objects.select_for_update().filter(pk=run_id).first()
-        if run is None:
-            return None
-        if run.celery_task_id and run.celery_task_id != task_id:
-            return None  # a stale or duplicate message: another delivery owns this run
-        if run.status == Status.QUEUED:
-            resume = run.resume_requested
-            run = services.transition(
-                run_id, Status.STARTING, celery_task_id=task_id, resume_requested=False
-            )
-            return run, resume
-        if run.status in (Status.STARTING, Status.RUNNING):
-            # Redelivered: take over only from a worker that went quiet (a visibility
-            # timeout can redeliver a message whose worker is alive and still running it).
-            quiet = timezone.now() - timedelta(seconds=settings.GYRE_TAKEOVER_SECONDS)
-            if run.heartbeat_at is not None and run.heartbeat_at > quiet:
-                return None
-            return run, True  # continue from the checkpoint
-        return None
-
-
 def _status_event(sink: DbSink, status: str, step: int, message: str = "") -> None:
     sink.emit(RunStatus(t=sink.last_t, status=status, step=step, message=message))
     sink.flush()
@@ -95,7 +69,7 @@ def launch_run(self: Any, run_id: int) -> str:
     from gyre_core.config import RunConfig
     from gyre_core.runtime import error_line, run_job
 
-    claimed = _claim(run_id, self.request.id or "")
+    claimed = services.claim_launch(run_id=run_id, task_id=self.request.id or "")
     if claimed is None:
         return "skipped"
     run, resume = claimed
@@ -147,20 +121,15 @@ def _finish(run_id: int, sink: DbSink, status: str, message: str = "", **fields:
 
 @app.task(time_limit=120)
 def reap_stale_runs() -> int:
-    """Mark failed the active runs whose worker stopped heartbeating."""
-    limit = timezone.now() - timedelta(seconds=settings.GYRE_HEARTBEAT_TIMEOUT_SECONDS)
-    stale = Run.objects.filter(
-        status__in=(Status.STARTING, Status.RUNNING), heartbeat_at__lt=limit
-    ).values_list("pk", flat=True)
-    reaped = 0
-    for run_id in list(stale):
-        try:
-            services.transition(run_id, Status.FAILED, error="the worker stopped heartbeating")
-        except services.IllegalTransition:
-            continue  # it finished meanwhile
-        release_gpus(run_id=run_id)
-        reaped += 1
-    return reaped
+    """Resume or fail the active runs whose worker stopped heartbeating (the watchdog
+    thread of every worker runs this too; beat's schedule is for deployments)."""
+    return len(services.reap_stale_runs())
+
+
+@app.task(time_limit=120)
+def dispatch_launches() -> int:
+    """Send the outbox's due launches (see ``services.dispatch_launches``)."""
+    return services.dispatch_launches()
 
 
 def _sync_inventory_from_run() -> None:

@@ -133,21 +133,36 @@ def test_a_job_that_raises_ends_failed_with_its_error(worker, exp, sim_config):
     assert last.data["status"] == "failed"
 
 
-def test_the_reaper_fails_runs_whose_worker_went_quiet(exp, sim_config):
+def test_the_reaper_resumes_or_fails_runs_whose_worker_went_quiet(exp, sim_config):
     from datetime import timedelta
 
     from django.utils import timezone
 
     from workers.tasks import reap_stale_runs
 
-    run = services.create_run(experiment=exp, config=sim_config, launch=False)
-    services.transition(run.pk, Status.STARTING)
-    services.transition(run.pk, Status.RUNNING)
-    assert reap_stale_runs() == 0  # fresh heartbeat
-    Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(hours=1))
-    assert reap_stale_runs() == 1
-    reaped = Run.objects.get(pk=run.pk)
-    assert reaped.status == Status.FAILED and "heartbeat" in reaped.error
+    runs = []
+    for backend in ("sim", "real"):  # a sim run replays; a real one without checkpoint fails
+        run = services.create_run(experiment=exp, config=sim_config, launch=False)
+        Run.objects.filter(pk=run.pk).update(backend=backend)
+        services.transition(run.pk, Status.STARTING)
+        services.transition(run.pk, Status.RUNNING)
+        runs.append(run)
+    assert reap_stale_runs() == 0  # fresh heartbeats
+    Run.objects.filter(pk__in=[r.pk for r in runs]).update(
+        heartbeat_at=timezone.now() - timedelta(hours=1)
+    )
+    from django.db import transaction
+
+    with transaction.atomic():  # cancelled before this module's worker can relaunch it
+        assert reap_stale_runs() == 2
+        resumed, failed = (Run.objects.get(pk=r.pk) for r in runs)
+        assert resumed.status == Status.QUEUED and resumed.resume_requested
+        assert resumed.launches.get(task_id=resumed.celery_task_id)  # through the outbox
+        services.request_stop(run=resumed)
+    assert failed.status == Status.FAILED and "no checkpoint" in failed.error
+    for run, status in ((resumed, "queued"), (failed, "failed")):
+        event = RunEvent.objects.get(run=run, kind="run_status", data__status=status)
+        assert "stopped heartbeating" in event.data["message"]
 
 
 @pytest.fixture(scope="module")

@@ -48,6 +48,9 @@ def _is_id(value: Any, lo: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and lo <= value <= MAX_ID
 
 
+OUTAGE_POLL = 0.5  # seconds between table reads while the channel layer cannot wake us
+
+
 def group_name(run_id: int) -> str:
     return f"run-{run_id}"
 
@@ -245,8 +248,18 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 after = events[-1]["seq"]
                 if len(events) == BATCH:
                     continue  # more waiting in the table
+            await self._wait(wake, poll)
+
+    async def _wait(self, wake: asyncio.Event, poll: float) -> None:
+        """Until a wake-up, or ``poll`` seconds; every OUTAGE_POLL seconds while the
+        channel layer reports Redis down (``down_since``), since no wake-up comes then."""
+        deadline = asyncio.get_running_loop().time() + poll
+        while (left := deadline - asyncio.get_running_loop().time()) > 0:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), timeout=poll)
+                await asyncio.wait_for(wake.wait(), timeout=min(left, OUTAGE_POLL))
+                return
+            if getattr(self.channel_layer, "down_since", None) is not None:
+                return
 
     async def run_events(self, message: dict[str, Any]) -> None:
         """Channel-layer wake-up sent by the worker's sink after it commits events."""

@@ -23,10 +23,15 @@ class Status(models.TextChoices):
 
 
 # The status machine: every change goes through services.transition, which checks this.
+# starting/running -> queued: the reaper requeues a run whose worker died (to resume it).
 TRANSITIONS: dict[str, frozenset[str]] = {
     Status.QUEUED: frozenset({Status.STARTING, Status.CANCELLED}),
-    Status.STARTING: frozenset({Status.RUNNING, Status.FAILED, Status.CANCELLED, Status.PAUSED}),
-    Status.RUNNING: frozenset({Status.SUCCEEDED, Status.FAILED, Status.CANCELLED, Status.PAUSED}),
+    Status.STARTING: frozenset(
+        {Status.RUNNING, Status.FAILED, Status.CANCELLED, Status.PAUSED, Status.QUEUED}
+    ),
+    Status.RUNNING: frozenset(
+        {Status.SUCCEEDED, Status.FAILED, Status.CANCELLED, Status.PAUSED, Status.QUEUED}
+    ),
     Status.PAUSED: frozenset({Status.QUEUED, Status.CANCELLED}),
     Status.FAILED: frozenset({Status.QUEUED}),  # resume from the last checkpoint
     Status.CANCELLED: frozenset({Status.QUEUED}),
@@ -97,6 +102,26 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return self.name or f"run {self.pk}"
+
+
+class LaunchOutbox(models.Model):
+    """One launch message of a run (``launch_run`` with this Celery task id), written in
+    the transaction that queues the run. Sent on commit; until ``sent_at`` is set the
+    dispatcher (``services.dispatch_launches``) retries it, and it re-sends a launch
+    whose run is still queued long after, in case the broker lost the message. The run's
+    ``celery_task_id`` names its current launch; ``services.claim_launch`` makes a
+    message that arrives twice launch the run once."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="launches")
+    task_id = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    attempts = models.IntegerField(default=0)
+    attempted_at = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["sent_at", "attempted_at"], name="launch_by_sent")]
 
 
 class MetricPoint(models.Model):

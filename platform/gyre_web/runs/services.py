@@ -1,15 +1,20 @@
 """Writes for experiments and runs: creation (config validated by gyre_core), the status
-machine, cancel/pause/resume/fork, and the event log. Launches are sent on commit."""
+machine, cancel/pause/resume/fork, and the event log. Launches go through an outbox (sent
+on commit, retried by ``dispatch_launches``); ``claim_launch``, ``heartbeat_launch`` and
+``reap_stale_runs`` are the worker's side of the status machine."""
 
 from __future__ import annotations
 
 import copy
+import logging
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -19,12 +24,18 @@ from gyre_web.runs.models import (
     TRANSITIONS,
     BenchmarkScore,
     Experiment,
+    LaunchOutbox,
     MetricPoint,
     MetricRollup,
     Run,
     RunEvent,
     Status,
 )
+
+log = logging.getLogger(__name__)
+# A send while the broker is down fails after about a second, not kombu's default retries.
+SEND_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 0.5}
+WORKING = (Status.STARTING, Status.RUNNING)  # a worker holds the run (and heartbeats)
 
 
 class IllegalTransition(ValueError):
@@ -77,18 +88,60 @@ def create_experiment(
 
 
 def _send_launch(run: Run) -> None:
-    """Queue launch_run once the surrounding transaction commits (dispatch only)."""
+    """Queue ``launch_run`` through the outbox: its row commits with the run, the send is
+    tried on commit, and ``dispatch_launches`` retries it until it is sent."""
     task_id = str(uuid.uuid4())
     Run.objects.filter(pk=run.pk).update(celery_task_id=task_id)
     run.celery_task_id = task_id
-    run_id = run.pk
+    row = LaunchOutbox.objects.create(run=run, task_id=task_id)
+    transaction.on_commit(lambda: send_launch(row))
 
-    def send() -> None:
-        from workers.celery_app import app
 
-        app.send_task("workers.tasks.launch_run", args=[run_id], task_id=task_id)
+def send_launch(row: LaunchOutbox) -> bool:
+    """Send one outbox row's message (dispatch only). A broker error is logged and kept on
+    the row for the dispatcher to retry, never raised. -> whether it was sent."""
+    from workers.celery_app import app
 
-    transaction.on_commit(send)
+    now = timezone.now()
+    done = LaunchOutbox.objects.filter(pk=row.pk)
+    try:
+        app.send_task(
+            "workers.tasks.launch_run",
+            args=[row.run_id],
+            task_id=row.task_id,
+            retry_policy=SEND_RETRY,
+        )
+    except Exception as err:  # the broker is unreachable: the dispatcher sends it later
+        log.warning("launch of run %s not sent yet: %s", row.run_id, err)
+        done.update(attempts=F("attempts") + 1, attempted_at=now, last_error=str(err)[:500])
+        return False
+    done.update(attempts=F("attempts") + 1, attempted_at=now, sent_at=now, last_error="")
+    return True
+
+
+def dispatch_launches(*, limit: int = 100) -> int:
+    """Send the launches that are due: unsent ones last tried GYRE_OUTBOX_RETRY_SECONDS
+    ago, and sent ones whose run is still queued GYRE_LAUNCH_RESEND_SECONDS after (the
+    broker may have lost them). Only a run's current launch counts. Rows stay locked
+    (skip_locked) while they are sent, so concurrent dispatchers never send one row at
+    once; a message that still arrives twice launches the run once (``claim_launch``).
+    Stops at the first failure: the broker is down. -> messages sent."""
+    now = timezone.now()
+    retry = now - timedelta(seconds=settings.GYRE_OUTBOX_RETRY_SECONDS)
+    resend = now - timedelta(seconds=settings.GYRE_LAUNCH_RESEND_SECONDS)
+    unsent = Q(sent_at__isnull=True) & (
+        Q(attempted_at__isnull=True, created_at__lt=retry) | Q(attempted_at__lt=retry)
+    )
+    due = LaunchOutbox.objects.filter(
+        unsent | Q(sent_at__lt=resend), run__status=Status.QUEUED, run__celery_task_id=F("task_id")
+    )
+    sent = 0
+    with transaction.atomic():
+        for row in due.select_for_update(skip_locked=True, of=("self",)).order_by("pk")[:limit]:
+            if not send_launch(row):
+                break
+            sent += 1
+    return sent
 
 
 @transaction.atomic
@@ -146,6 +199,9 @@ def request_stop(*, run: Run, mode: str = "cancel") -> Run:
         return transition(run.pk, Status.CANCELLED)
     if run.status not in ACTIVE:
         raise IllegalTransition(f"run {run.pk} is {run.status}; only an active run can stop")
+    if _worker_gone(run):  # nobody would read the request: stop it here and now
+        final = Status.CANCELLED if mode == "cancel" else Status.PAUSED
+        return _end_lost(run, final, f"{final} at step {run.step}: its worker is gone")
     run.stop_requested = mode
     run.save(update_fields=["stop_requested"])
     return run
@@ -179,6 +235,142 @@ def heartbeat(*, run_id: int, step: int | None = None, checkpoint_path: str = ""
     if checkpoint_path:
         fields["checkpoint_path"] = checkpoint_path
     Run.objects.filter(pk=run_id).update(**fields)
+
+
+def claim_launch(*, run_id: int, task_id: str) -> tuple[Run, bool] | None:
+    """Take the run for this delivery of its launch: (run, continuing) or None when there
+    is nothing to do. Under the run's row lock, so of two deliveries of one message (the
+    outbox sends at least once) exactly one launches the run."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=run_id).first()
+        if run is None:
+            return None
+        if run.celery_task_id and run.celery_task_id != task_id:
+            return None  # a stale or duplicate message: another launch owns this run
+        if run.status == Status.QUEUED:
+            resume = run.resume_requested
+            run = transition(
+                run_id, Status.STARTING, celery_task_id=task_id, resume_requested=False
+            )
+            return run, resume
+        if run.status in WORKING:
+            # Redelivered (a worker died, or a visibility timeout ran out under a live
+            # one): take over only from a worker that went quiet. A fresh heartbeat means
+            # a live worker holds the run; should it die, the reaper resumes the run once
+            # its heartbeat is stale, so skipping this message loses nothing.
+            quiet = timezone.now() - timedelta(seconds=settings.GYRE_TAKEOVER_SECONDS)
+            if run.heartbeat_at is not None and run.heartbeat_at > quiet:
+                return None
+            run.heartbeat_at = timezone.now()  # ours now: the reaper leaves it alone
+            run.save(update_fields=["heartbeat_at"])
+            return run, True  # continue from the checkpoint
+        return None
+
+
+def heartbeat_launch(*, run_id: int, task_id: str) -> bool:
+    """The worker executing launch ``task_id`` is alive (its watchdog thread calls this
+    every GYRE_HEARTBEAT_SECONDS). -> False once the run is no longer this launch's."""
+    return bool(
+        Run.objects.filter(pk=run_id, celery_task_id=task_id, status__in=WORKING).update(
+            heartbeat_at=timezone.now()
+        )
+    )
+
+
+def run_dir(run_id: int) -> Path:
+    return Path(settings.GYRE_RUNS_DIR) / str(run_id)
+
+
+def can_resume(run: Run) -> bool:
+    """A simulated run replays deterministically from its config; a real one needs a
+    checkpoint in its working directory."""
+    if run.backend == "sim":
+        return True
+    ckpt = run_dir(run.pk) / "checkpoints"
+    return ckpt.is_dir() and any(ckpt.iterdir())
+
+
+def _worker_gone(run: Run) -> bool:
+    if run.status not in WORKING:
+        return False
+    limit = timezone.now() - timedelta(seconds=settings.GYRE_HEARTBEAT_TIMEOUT_SECONDS)
+    return run.heartbeat_at is None or run.heartbeat_at < limit
+
+
+def reap_stale_runs(*, limit: int = 50) -> list[int]:
+    """Runs whose worker stopped heartbeating (GYRE_HEARTBEAT_TIMEOUT_SECONDS): queued
+    again to resume from their checkpoint (a new launch through the outbox) when they
+    can, else failed with the reason; each gets a ``run_status`` event. Each run is
+    locked with skip_locked, so concurrent reapers (every worker runs one) take each
+    stale run once. -> the ids reaped."""
+    limit_at = timezone.now() - timedelta(seconds=settings.GYRE_HEARTBEAT_TIMEOUT_SECONDS)
+    stale = Q(status__in=WORKING) & (Q(heartbeat_at__lt=limit_at) | Q(heartbeat_at__isnull=True))
+    reaped = []
+    for run_id in list(
+        Run.objects.filter(stale).order_by("pk").values_list("pk", flat=True)[:limit]
+    ):
+        with transaction.atomic():
+            run = Run.objects.select_for_update(skip_locked=True).filter(stale, pk=run_id).first()
+            if run is None:
+                continue  # another reaper has it, or it heartbeated or finished meanwhile
+            resumes = RunEvent.objects.filter(
+                run_id=run_id, kind="run_status", data__status=Status.QUEUED
+            ).count()
+            lost = f"the worker stopped heartbeating at step {run.step}"
+            if not can_resume(run):
+                _end_lost(run, Status.FAILED, f"{lost}; no checkpoint to resume from")
+            elif resumes >= settings.GYRE_REAPER_MAX_RESUMES:
+                _end_lost(run, Status.FAILED, f"{lost}; resumed {resumes} times already")
+            else:
+                _end_lost(run, Status.QUEUED, f"{lost}; resuming from its checkpoint")
+            reaped.append(run_id)
+    return reaped
+
+
+def _end_lost(run: Run, status: str, message: str) -> Run:
+    """A run whose worker is gone: GPUs released, role intervals closed, moved to
+    ``status`` (queued: relaunched with resume) and a ``run_status`` event saying why."""
+    from gyre_web.cluster.services import close_role_intervals, release_gpus
+
+    with transaction.atomic():
+        t = RunEvent.objects.filter(run_id=run.pk).order_by("-seq").values_list("t", flat=True)
+        last_t = t.first() or 0.0
+        close_role_intervals(run_id=run.pk, t=last_t)
+        release_gpus(run_id=run.pk)
+        fields: dict[str, Any] = {"error": message} if status == Status.FAILED else {}
+        if status == Status.QUEUED:
+            fields["resume_requested"] = True
+        run = transition(run.pk, status, **fields)
+        if status == Status.QUEUED:
+            _send_launch(run)
+        log.warning("run %s: %s", run.pk, message)
+        emit_status(run_id=run.pk, status=status, step=run.step, message=message, t=last_t)
+    return run
+
+
+def emit_status(*, run_id: int, status: str, step: int, message: str, t: float) -> None:
+    """A ``run_status`` event written here (not by the run's sink), with its wake-up."""
+    from gyre_core.events import RunStatus
+
+    event = RunStatus(t=t, status=status, step=step, message=message)
+    rows = append_events(run_id=run_id, events=[event.to_json()])
+    last = rows[-1].seq
+    transaction.on_commit(lambda: _wake(run_id, last))
+
+
+def _wake(run_id: int, last_seq: int) -> None:
+    """Subscribers read the table after their cursor (they also poll it)."""
+    from channels.layers import get_channel_layer
+
+    from gyre_web.runs.consumers import group_name
+
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    from workers.wake import Waker  # one loop per process sends the wake-ups
+
+    message = {"type": "run.events", "run": run_id, "last_seq": last_seq}
+    Waker.of(layer).send(group_name(run_id), message)
 
 
 def _wall(value: Any) -> datetime:

@@ -7,7 +7,8 @@ from gyre_web.settings.queue import REDIS_URL
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # Rides out a Redis outage: consumers keep polling the event table meanwhile.
+            "BACKEND": "gyre_web.channel_layer.ResilientRedisChannelLayer",
             "CONFIG": {
                 # socket_timeout None: a blocking read must not be cut off and dropped.
                 "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
