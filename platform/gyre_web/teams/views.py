@@ -24,6 +24,12 @@ from gyre_web.teams.serializers import (
 )
 
 
+def _refused(err: services.MembershipRefused) -> Response:
+    """403 for a change the actor may not make, 409 for one that would leave no owner."""
+    code = 409 if isinstance(err, services.LastOwner) else 403
+    return Response({err.field: [str(err)], "detail": str(err)}, status=code)
+
+
 class TeamViewSet(viewsets.ModelViewSet):
     serializer_class = TeamSerializer
 
@@ -42,7 +48,7 @@ class TeamViewSet(viewsets.ModelViewSet):
 
     def perform_destroy(self, instance: Team) -> None:
         require_role(self.request, instance.pk, frozenset({"owner"}))
-        instance.delete()
+        services.delete_team(team=instance)
 
     @action(detail=True, methods=["get", "post"], serializer_class=MembershipSerializer)
     def members(self, request: Request, pk: str | None = None) -> Response:
@@ -53,9 +59,15 @@ class TeamViewSet(viewsets.ModelViewSet):
         require_manager(request, team.pk)
         ser = MembershipSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
-        m = services.set_membership(
-            team=team, user=ser.validated_data["user"], role=ser.validated_data["role"]
-        )
+        try:
+            m = services.set_membership(
+                team=team,
+                user=ser.validated_data["user"],
+                role=ser.validated_data["role"],
+                by=request.user,
+            )
+        except services.MembershipRefused as err:
+            return _refused(err)
         return Response(MembershipSerializer(m).data, status=status.HTTP_201_CREATED)
 
     @action(detail=True, methods=["delete"], url_path=r"members/(?P<username>[^/]+)")
@@ -69,9 +81,9 @@ class TeamViewSet(viewsets.ModelViewSet):
         if user != request.user:
             require_manager(request, team.pk)
         try:
-            services.remove_membership(team=team, user=user)
-        except ValueError as err:
-            return Response({"detail": str(err)}, status=status.HTTP_400_BAD_REQUEST)
+            services.remove_membership(team=team, user=user, by=request.user)
+        except services.MembershipRefused as err:
+            return _refused(err)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
