@@ -22,9 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connections
 from drf_spectacular.generators import SchemaGenerator
+from gyre_web.asgi import application
 from gyre_web.cluster.services import register_gpu
 from gyre_web.runs import services
 from gyre_web.runs.models import Run, Status
@@ -36,6 +40,7 @@ from gyre_core.trajectory.synth import SynthConfig, synth_rollouts
 from gyre_core.trajectory.writer import write_rollouts
 
 pytestmark = pytest.mark.django_db
+ORIGIN = [(b"origin", b"http://localhost")]
 
 ROLES = ("owner", "admin", "member", "viewer")
 CALLERS = ("anonymous", "outsider", "staff", *ROLES)
@@ -365,3 +370,111 @@ def test_every_operation_as_every_principal(world):
         f" = {cells} calls in {time.monotonic() - started:.1f} s"
     )
     assert not wrong, "\n".join(map(str, wrong))
+
+
+def test_a_share_link_reads_only_its_experiment(world, people, sim_config):
+    other_exp = services.create_experiment(team=world["team"], name="not shared")
+    other_run = services.create_run(experiment=other_exp, config=sim_config, launch=False)
+    foreign_exp = services.create_experiment(team=people["other_team"], name="foreign")
+    foreign = services.create_run(experiment=foreign_exp, config=sim_config, launch=False)
+    share = world["clients"]["share"]
+    for url in (
+        f"/api/experiments/{other_exp.pk}/",
+        f"/api/runs/{other_run.pk}/",
+        f"/api/runs/{foreign.pk}/events/",
+        f"/api/runs/metrics/?runs={other_run.pk}",
+    ):
+        assert share.get(url).status_code == 404, url
+    listed = [r["id"] for r in share.get("/api/runs/").json()["results"]]
+    assert listed == [world["run"].pk]
+    assert [e["id"] for e in share.get("/api/experiments/").json()["results"]] == [world["exp"].pk]
+
+
+def _add(client: APIClient, team_id: int, username: str, role: str) -> Any:
+    return client.post(
+        f"/api/teams/{team_id}/members/", {"username": username, "role": role}, format="json"
+    )
+
+
+def _roles(team_id: int) -> dict[str, str]:
+    from gyre_web.teams.models import Membership
+
+    rows = Membership.objects.filter(team_id=team_id).values_list("user__username", "role")
+    return dict(rows)
+
+
+def test_role_changes_keep_an_owner_and_stay_within_the_actors_rights(world):
+    c, team = world["clients"], world["team"].pk
+    before = _roles(team)
+    refused = [  # (who, username, role, status, field)
+        ("admin", "admin", "owner", 403, "role"),  # an admin promotes itself
+        ("admin", "member", "owner", 403, "role"),  # an admin grants the owner role
+        ("admin", "owner", "viewer", 403, "role"),  # an admin demotes the owner
+        ("owner", "owner", "admin", 409, "role"),  # the last owner steps down
+        ("member", "member", "admin", 403, None),  # a member manages nobody, not even itself
+        ("viewer", "viewer", "owner", 403, None),
+    ]
+    for who, username, role, status, field_name in refused:
+        resp = _add(c[who], team, username, role)
+        assert resp.status_code == status, (who, username, role, resp.content)
+        assert field_name is None or field_name in resp.json(), resp.content
+    gone = [("admin", "owner", 403), ("owner", "owner", 409), ("viewer", "member", 403)]
+    for who, username, status in gone:
+        resp = c[who].delete(f"/api/teams/{team}/members/{username}/")
+        assert resp.status_code == status, (who, username, resp.content)
+        assert "username" in resp.json() or status == 403
+    assert _roles(team) == before  # nothing changed
+    # What an admin may do: manage admins, members and viewers (its own role downward).
+    assert _add(c["admin"], team, "outsider", "member").status_code == 201
+    assert _add(c["admin"], team, "outsider", "admin").status_code == 201
+    assert c["admin"].delete(f"/api/teams/{team}/members/outsider/").status_code == 204
+    assert _add(c["admin"], team, "admin", "member").status_code == 201  # steps down
+    assert _add(c["admin"], team, "admin", "admin").status_code == 403  # and cannot go back
+    # An owner makes another owner; then it may step down, and the new owner may remove it.
+    assert _add(c["owner"], team, "member", "owner").status_code == 201
+    assert _add(c["owner"], team, "owner", "viewer").status_code == 201
+    assert c["member"].delete(f"/api/teams/{team}/members/owner/").status_code == 204
+    assert c["member"].delete(f"/api/teams/{team}/members/member/").status_code == 409
+    assert _roles(team) == {"admin": "member", "member": "owner", "viewer": "viewer"}
+    assert c["viewer"].delete(f"/api/teams/{team}/members/viewer/").status_code == 204  # leaves
+
+
+async def _handshake(w: dict[str, Any], who: str) -> tuple[WebsocketCommunicator, bool, Any]:
+    key = w["keys"].get(who)
+    query = "" if key is None else ("share=" if "share" in who else "token=") + key
+    comm = WebsocketCommunicator(application, f"/ws/?{query}", headers=ORIGIN)
+    connected, code = await comm.connect()
+    return comm, connected, code
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_websocket_handshake_and_subscribe_as_every_principal(world):
+    run_id, wrong = world["run"].pk, []
+    for who in PRINCIPALS:
+        comm, connected, code = await _handshake(world, who)
+        if who in ("anonymous", "revoked_token", "revoked_share"):
+            if connected or code != 4401:
+                wrong.append((who, "handshake", connected, code))
+            continue
+        await comm.send_json_to({"type": "subscribe", "run": run_id})
+        reply = await comm.receive_json_from(timeout=5)
+        if who in ("outsider", "staff"):
+            expected = {"type": "error", "run": run_id, "error": "run not found"}
+            if reply != expected:
+                wrong.append((who, "subscribe", reply))
+        else:
+            events = await comm.receive_json_from(timeout=5)
+            seqs = [e["seq"] for e in events.get("events", [])]
+            if reply["type"] != "subscribed" or seqs != [1, 2]:
+                wrong.append((who, "subscribe", reply, events))
+        await comm.send_json_to({"type": "subscribe", "stream": "cluster"})
+        reply = await comm.receive_json_from(timeout=5)
+        if reply["type"] != ("error" if who == "share" else "subscribed"):
+            wrong.append((who, "cluster", reply))
+        await comm.disconnect()
+    # The fixture's connection lives in this test's context; a refused handshake leaves
+    # it to us to close (else the test database cannot be dropped at the end).
+    await sync_to_async(connections.close_all)()
+    print(f"websocket matrix: {len(PRINCIPALS)} principals x (handshake, run, cluster)")
+    assert not wrong, wrong
