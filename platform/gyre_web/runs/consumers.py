@@ -16,9 +16,8 @@ Access is re-checked while a socket stays open: when credentials or memberships 
 (the teams services send ``access.changed`` to the ``access`` group on commit) and every
 ``GYRE_WS_RECHECK_SECONDS`` (embedded mode, and a lost notice). Credentials that no
 longer hold close the socket after ``{"type": "error", "error": MESSAGE, "reason":
-REASON}`` (``LOST``): code 4401 for
-a revoked API token or share link or an ended session, 4403 for a deactivated user. A
-subscription whose run is no longer readable gets ``{"type": "unsubscribed", "run": ID,
+REASON}`` (``LOST``): code 4401 for a revoked API token or share link or an ended
+session, 4403 for a deactivated user. A subscription whose run is no longer readable gets ``{"type": "unsubscribed", "run": ID,
 "reason": "access_revoked"}`` and stops.
 
 Many clients usually watch one run. A :class:`RunFeed` per run and process takes each new
@@ -34,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -46,6 +46,7 @@ from gyre_web.runs import selectors
 from gyre_web.teams import selectors as team_selectors
 from gyre_web.teams.services import ACCESS_GROUP
 
+log = logging.getLogger(__name__)
 BATCH = 500  # events per message at most
 WINDOW = 5000  # recent events a RunFeed keeps in memory (a few seconds of a busy run)
 
@@ -211,7 +212,11 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.access.wait(), timeout=interval)
             self.access.clear()
-            lost, unreadable = await _recheck(self.scope, list(self.subs))
+            try:
+                lost, unreadable = await _recheck(self.scope, list(self.subs))
+            except Exception:  # the database away: keep the socket, try again later
+                log.exception("websocket access re-check failed")
+                continue
             if lost is not None:
                 await self._stop_all()  # no event goes out after the error
                 message, code = LOST[lost]
