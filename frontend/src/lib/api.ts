@@ -83,12 +83,17 @@ export async function login(username: string, password: string): Promise<void> {
     csrfmiddlewaretoken: csrfToken(),
     next: "/api/teams/",
   });
-  await fetch("/api/auth/login/", {
+  const res = await fetch("/api/auth/login/", {
     method: "POST",
     body: form,
     credentials: "same-origin",
     headers: { "X-CSRFToken": csrfToken() },
   });
+  if (res.status === 429) {
+    // too many failed sign-ins: the server names the wait (JSON, with Retry-After)
+    const body = await res.json().catch(() => ({}));
+    throw new Error(body.detail ?? "too many failed sign-ins; try again later");
+  }
   if (!(await isSignedIn())) throw new Error("wrong username or password");
 }
 

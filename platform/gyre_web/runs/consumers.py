@@ -12,6 +12,14 @@ cursor, sends them, and waits — for a wake-up from the channel layer (service 
 the poll interval (embedded mode, or as a safety net) — then reads again. So a
 subscriber never misses or reorders an event, however the wake-ups arrive.
 
+Access is re-checked while a socket stays open: when credentials or memberships change
+(the teams services send ``access.changed`` to the ``access`` group on commit) and every
+``GYRE_WS_RECHECK_SECONDS`` (embedded mode, and a lost notice). Credentials that no
+longer hold close the socket after ``{"type": "error", "error": MESSAGE, "reason":
+REASON}`` (``LOST``): code 4401 for a revoked API token or share link or an ended
+session, 4403 for a deactivated user. A subscription whose run is no longer readable gets ``{"type": "unsubscribed", "run": ID,
+"reason": "access_revoked"}`` and stops.
+
 Many clients usually watch one run. A :class:`RunFeed` per run and process takes each new
 batch from its wake-up (the sink sends the committed rows along) or else reads it from the
 table once for all of them (the wake-up names the newest ``seq``), and keeps the recent
@@ -25,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -35,7 +44,10 @@ from gyre_core.jsonl import JsonBoundsError, loads
 from gyre_web.cluster.stream import STREAM as CLUSTER_STREAM
 from gyre_web.cluster.stream import ClusterStream
 from gyre_web.runs import selectors
+from gyre_web.teams import selectors as team_selectors
+from gyre_web.teams.services import ACCESS_GROUP
 
+log = logging.getLogger(__name__)
 BATCH = 500  # events per message at most
 WINDOW = 5000  # recent events a RunFeed keeps in memory (a few seconds of a busy run)
 MAX_MESSAGE = 64 * 1024  # characters of one client message (a subscribe is ~50)
@@ -55,9 +67,41 @@ def group_name(run_id: int) -> str:
     return f"run-{run_id}"
 
 
+LOST = {  # reason -> (message, close code)
+    "token_revoked": ("the API token was revoked", 4401),
+    "share_link_revoked": ("the share link was revoked", 4401),
+    "signed_out": ("the session ended", 4401),
+    "user_inactive": ("the account is deactivated", 4403),
+}
+
+
+def _credentials_lost(scope: dict[str, Any]) -> str | None:
+    user, link, session = scope.get("user"), scope.get("share_link"), scope.get("session")
+    return team_selectors.credentials_lost(
+        token_id=scope.get("api_token"),
+        link_id=link.pk if link is not None else None,
+        user_id=getattr(user, "pk", None),
+        session_key=getattr(session, "session_key", None) if session is not None else None,
+    )
+
+
 @database_sync_to_async
-def _can_read(user: Any, link: Any, run_id: int) -> bool:
+def _can_read(scope: dict[str, Any], run_id: int) -> bool:
+    if _credentials_lost(scope) is not None:
+        return False
+    user, link = scope.get("user"), scope.get("share_link")
     return selectors.runs_visible(user, link).filter(pk=run_id).exists()
+
+
+@database_sync_to_async
+def _recheck(scope: dict[str, Any], run_ids: list[int]) -> tuple[str | None, list[int]]:
+    """(why the credentials are lost, or None; the subscribed runs no longer readable)."""
+    lost = _credentials_lost(scope)
+    if lost is not None or not run_ids:
+        return lost, []
+    readable = selectors.runs_visible(scope.get("user"), scope.get("share_link"))
+    still = set(readable.filter(pk__in=run_ids).values_list("pk", flat=True))
+    return None, [r for r in run_ids if r not in still]
 
 
 @database_sync_to_async
@@ -143,12 +187,27 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         self.feeds: dict[int, RunFeed] = {}
         self.cluster = ClusterStream(self)
         user, link = self.scope.get("user"), self.scope.get("share_link")
+        self.access = asyncio.Event()
+        self.guard: asyncio.Task[None] | None = None
         if link is None and not getattr(user, "is_authenticated", False):
             await self.close(code=4401)
             return
         await self.accept()
+        if self.channel_layer is not None:
+            await self.channel_layer.group_add(ACCESS_GROUP, self.channel_name)
+        self.guard = asyncio.create_task(self._guard())
 
     async def disconnect(self, code: int) -> None:
+        guard = getattr(self, "guard", None)
+        if guard is not None and guard is not asyncio.current_task():
+            guard.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await guard
+        if guard is not None and self.channel_layer is not None:
+            await self.channel_layer.group_discard(ACCESS_GROUP, self.channel_name)
+        await self._stop_all()
+
+    async def _stop_all(self) -> None:
         for run_id in list(getattr(self, "subs", {})):
             await self._unsubscribe(run_id)
         if hasattr(self, "cluster"):
@@ -178,6 +237,35 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     async def decode_json(cls, text_data: str) -> Any:
         return loads(text_data, max_depth=MAX_DEPTH)
 
+    async def access_changed(self, message: dict[str, Any]) -> None:
+        """Channel-layer notice sent after credentials or memberships changed."""
+        self.access.set()
+
+    async def _guard(self) -> None:
+        """Re-check access on each notice and every GYRE_WS_RECHECK_SECONDS."""
+        interval = max(0.05, float(settings.GYRE_WS_RECHECK_SECONDS))
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.access.wait(), timeout=interval)
+            self.access.clear()
+            try:
+                lost, unreadable = await _recheck(self.scope, list(self.subs))
+            except Exception:  # the database away: keep the socket, try again later
+                log.exception("websocket access re-check failed")
+                continue
+            if lost is not None:
+                await self._stop_all()  # no event goes out after the error
+                message, code = LOST[lost]
+                await self.send_json({"type": "error", "error": message, "reason": lost})
+                await self.close(code=code)
+                return
+            for run_id in unreadable:
+                if run_id in self.subs:
+                    await self._unsubscribe(run_id)
+                    await self.send_json(
+                        {"type": "unsubscribed", "run": run_id, "reason": "access_revoked"}
+                    )
+
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if not isinstance(content, dict):
             await self.send_json({"type": "error", "error": "send a JSON object"})
@@ -202,7 +290,7 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         if not _is_id(after, 0):
             await self.send_json({"type": "error", "run": run, "error": "after: a seq >= 0"})
             return
-        if not await _can_read(self.scope.get("user"), self.scope.get("share_link"), run):
+        if not await _can_read(self.scope, run):
             await self.send_json({"type": "error", "run": run, "error": "run not found"})
             return
         await self._unsubscribe(run)

@@ -23,3 +23,6 @@ else:
 
 # How often a websocket subscription re-reads the event table without a wake-up.
 GYRE_EVENT_POLL_SECONDS = env_float("GYRE_EVENT_POLL_SECONDS", 0.25 if not REDIS_URL else 5.0)
+# How often an open websocket re-checks its credentials and subscriptions without a
+# notice (the teams services also send one on every revocation or membership change).
+GYRE_WS_RECHECK_SECONDS = env_float("GYRE_WS_RECHECK_SECONDS", 5.0)

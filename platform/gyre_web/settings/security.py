@@ -4,7 +4,7 @@ in the data dir (embedded mode); in service mode (DATABASE_URL set) it is requir
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.utils import get_random_secret_key
 
-from gyre_web.settings.env import data_dir, env_bool, env_list, env_str
+from gyre_web.settings.env import data_dir, env_bool, env_float, env_list, env_str
 
 
 def _secret_key() -> str:
@@ -25,3 +25,14 @@ def _secret_key() -> str:
 SECRET_KEY = _secret_key()
 DEBUG = env_bool("GYRE_DEBUG", False)
 ALLOWED_HOSTS = env_list("GYRE_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+
+# Failed sign-ins (gyre_web.teams.lockout): this many for one username (per client address:
+# the second; 0 turns a limit off) within the window lock it for the lock period.
+GYRE_LOGIN_MAX_FAILURES = int(env_float("GYRE_LOGIN_MAX_FAILURES", 5))
+GYRE_LOGIN_MAX_FAILURES_PER_IP = int(env_float("GYRE_LOGIN_MAX_FAILURES_PER_IP", 50))
+GYRE_LOGIN_WINDOW_SECONDS = env_float("GYRE_LOGIN_WINDOW_SECONDS", 900.0)
+GYRE_LOGIN_LOCK_SECONDS = env_float("GYRE_LOGIN_LOCK_SECONDS", 900.0)
+AUTHENTICATION_BACKENDS = [
+    "gyre_web.teams.lockout.LockoutBackend",  # first: refuses while locked
+    "django.contrib.auth.backends.ModelBackend",
+]

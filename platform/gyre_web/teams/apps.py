@@ -7,4 +7,4 @@ class TeamsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from gyre_web.teams import schema  # noqa: F401  (registers the OpenAPI auth schemes)
+        from gyre_web.teams import lockout, schema  # noqa: F401  (auth schemes, sign-in signals)

@@ -89,3 +89,16 @@ class ShareLink(models.Model):
     def __str__(self) -> str:
         target = f"run {self.run_id}" if self.run_id else f"experiment {self.experiment_id}"
         return f"share link {self.prefix}… to {target}"
+
+
+class LoginFailures(models.Model):
+    """Failed sign-ins for one key (``user:NAME`` or ``ip:ADDRESS``) in the current window,
+    and until when further sign-ins with that key are refused (``teams.lockout``)."""
+
+    key = models.CharField(max_length=200, unique=True)
+    failures = models.PositiveIntegerField(default=0)
+    window_start = models.DateTimeField()
+    locked_until = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.failures} failed"

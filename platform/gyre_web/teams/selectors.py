@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import Any
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
+from django.utils import timezone
 
-from gyre_web.teams.models import ApiToken, Membership, ShareLink, Team
+from gyre_web.teams.models import ApiToken, LoginFailures, Membership, ShareLink, Team
 from gyre_web.teams.services import digest_key
 
 
@@ -36,9 +40,43 @@ def active_share_link(key: str) -> ShareLink | None:
     return ShareLink.objects.filter(digest=digest_key(key), revoked_at__isnull=True).first()
 
 
+def credentials_lost(
+    *, token_id: int | None, link_id: int | None, user_id: int | None, session_key: str | None
+) -> str | None:
+    """Why the credentials a websocket connected with no longer hold, or ``None``: the API
+    token revoked (or its user deactivated), the share link revoked or gone (its team or
+    target deleted), the user deactivated, or the session ended (signed out)."""
+    if token_id is not None:
+        active = ApiToken.objects.filter(pk=token_id, revoked_at__isnull=True)
+        if not active.filter(user__is_active=True).exists():
+            return "token_revoked"
+    if link_id is not None:
+        active_link = ShareLink.objects.filter(pk=link_id, revoked_at__isnull=True)
+        return None if active_link.exists() else "share_link_revoked"
+    users = get_user_model().objects.filter(pk=user_id, is_active=True)
+    if user_id is None or not users.exists():
+        return "user_inactive"
+    store = import_module(settings.SESSION_ENGINE).SessionStore
+    if token_id is None and session_key is not None and not store().exists(session_key):
+        return "signed_out"
+    return None
+
+
 def tokens_of(user: Any) -> QuerySet[ApiToken]:
     return ApiToken.objects.filter(user=user)
 
 
 def share_links_of(user: Any) -> QuerySet[ShareLink]:
     return ShareLink.objects.filter(team__in=teams_of(user))
+
+
+def login_locked_for(*, keys: list[str]) -> float:
+    """Seconds until sign-ins with any of ``keys`` are accepted again (0: not locked)."""
+    now = timezone.now()
+    until = (
+        LoginFailures.objects.filter(key__in=keys, locked_until__gt=now)
+        .order_by("-locked_until")
+        .values_list("locked_until", flat=True)
+        .first()
+    )
+    return (until - now).total_seconds() if until is not None else 0.0

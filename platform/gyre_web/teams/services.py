@@ -4,13 +4,33 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from datetime import timedelta
 from typing import Any
 
+from channels.layers import get_channel_layer
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from gyre_web.teams.models import ApiToken, Membership, Role, ShareLink, Team
+from gyre_web.teams.models import ApiToken, LoginFailures, Membership, Role, ShareLink, Team
+
+ACCESS_GROUP = "access"  # every websocket consumer listens here (service mode)
+
+
+def access_changed() -> None:
+    """After the commit, tell every websocket consumer to re-check its credentials and
+    subscriptions now (they also re-check on an interval, which covers embedded mode and
+    a lost notice)."""
+    transaction.on_commit(_broadcast_access_changed)
+
+
+def _broadcast_access_changed() -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    from workers.wake import Waker  # one loop per process sends group messages
+
+    Waker.of(layer).send(ACCESS_GROUP, {"type": "access.changed"})
 
 
 def digest_key(key: str) -> str:
@@ -51,22 +71,87 @@ def create_team(*, name: str, owner: Any, slug: str = "") -> Team:
     raise SlugTaken("no free slug for this name; give one")
 
 
+RANK: dict[str, int] = {Role.VIEWER: 0, Role.MEMBER: 1, Role.ADMIN: 2, Role.OWNER: 3}
+
+
+class MembershipRefused(Exception):
+    """A membership change the acting user may not make; ``field`` names the culprit."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class LastOwner(MembershipRefused, ValueError):
+    """The change would leave the team without an owner."""
+
+
+def _lock_roles(team: Team, by: Any) -> tuple[str | None, dict[int, str]]:
+    """Lock the team (membership changes of one team run one at a time, so two owners
+    demoting each other cannot leave none) and read the actor's role and every role."""
+    Team.objects.select_for_update().filter(pk=team.pk).first()
+    roles = dict(Membership.objects.filter(team=team).values_list("user_id", "role"))
+    return (roles.get(by.pk) if by is not None else None), roles
+
+
+def _cannot(actor: str | None, what: str) -> str:
+    return f"your role in this team ({actor or 'none'}) cannot {what}"
+
+
+def _owners(roles: dict[int, str]) -> int:
+    return sum(1 for r in roles.values() if r == Role.OWNER)
+
+
 @transaction.atomic
-def set_membership(*, team: Team, user: Any, role: str) -> Membership:
+def set_membership(*, team: Team, user: Any, role: str, by: Any = None) -> Membership:
+    """Add ``user`` to ``team`` or change their role, as ``by`` (``None``: the system, e.g.
+    seeding, which skips the permission rules but not the last-owner rule).
+
+    A team always keeps an owner; only an owner grants the owner role or changes an
+    owner's role; an admin manages admin, member and viewer memberships; nobody raises
+    their own role."""
     if role not in Role.values:
         raise ValueError(f"unknown role {role!r}; one of {', '.join(Role.values)}")
+    actor, roles = _lock_roles(team, by)
+    current = roles.get(user.pk)
+    if by is not None:
+        if actor not in (Role.OWNER, Role.ADMIN):
+            raise MembershipRefused("role", _cannot(actor, "manage members"))
+        if user.pk == by.pk and (current is None or RANK[role] > RANK[current]):
+            raise MembershipRefused("role", "nobody raises their own role")
+        if Role.OWNER in (role, current) and actor != Role.OWNER:
+            what = "grant the owner role" if role == Role.OWNER else "change an owner's role"
+            raise MembershipRefused("role", f"only an owner may {what}")
+    if current == Role.OWNER and role != Role.OWNER and _owners(roles) == 1:
+        raise LastOwner("role", "a team keeps at least one owner: make another owner first")
     membership, _ = Membership.objects.update_or_create(
         team=team, user=user, defaults={"role": role}
     )
+    access_changed()
     return membership
 
 
 @transaction.atomic
-def remove_membership(*, team: Team, user: Any) -> None:
-    owners = Membership.objects.filter(team=team, role=Role.OWNER)
-    if owners.count() == 1 and owners.filter(user=user).exists():
-        raise ValueError("a team keeps at least one owner")
+def remove_membership(*, team: Team, user: Any, by: Any = None) -> None:
+    """Remove ``user`` from ``team`` as ``by`` (anyone may leave; an admin removes admins,
+    members and viewers; only an owner removes an owner; the last owner stays)."""
+    actor, roles = _lock_roles(team, by)
+    current = roles.get(user.pk)
+    if by is not None and user.pk != by.pk:
+        if actor not in (Role.OWNER, Role.ADMIN):
+            raise MembershipRefused("username", _cannot(actor, "remove members"))
+        if current == Role.OWNER and actor != Role.OWNER:
+            raise MembershipRefused("username", "only an owner may remove an owner")
+    if current == Role.OWNER and _owners(roles) == 1:
+        raise LastOwner("username", "a team keeps at least one owner: make another owner first")
     Membership.objects.filter(team=team, user=user).delete()
+    access_changed()
+
+
+@transaction.atomic
+def delete_team(*, team: Team) -> None:
+    team.delete()
+    access_changed()
 
 
 def create_api_token(*, user: Any, name: str) -> tuple[ApiToken, str]:
@@ -78,6 +163,7 @@ def create_api_token(*, user: Any, name: str) -> tuple[ApiToken, str]:
 
 def revoke_api_token(*, token: ApiToken) -> None:
     ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    access_changed()
 
 
 def touch_api_token(*, token: ApiToken) -> None:
@@ -106,3 +192,30 @@ def create_share_link(
 
 def revoke_share_link(*, link: ShareLink) -> None:
     ShareLink.objects.filter(pk=link.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    access_changed()
+
+
+@transaction.atomic
+def record_login_failure(*, key: str, limit: int, window_s: float, lock_s: float) -> bool:
+    """Count one failed sign-in for ``key``; the ``limit``-th within ``window_s`` seconds
+    locks the key for ``lock_s`` seconds (and starts a new count). True if it locked."""
+    now = timezone.now()
+    stale = now - timedelta(seconds=max(window_s, lock_s))
+    LoginFailures.objects.filter(window_start__lt=stale, locked_until__isnull=True).delete()
+    LoginFailures.objects.filter(window_start__lt=stale, locked_until__lt=now).delete()
+    row, _ = LoginFailures.objects.select_for_update().get_or_create(
+        key=key, defaults={"window_start": now}
+    )
+    if row.window_start < now - timedelta(seconds=window_s):
+        row.failures, row.window_start = 0, now
+    row.failures += 1
+    locked = row.failures >= limit
+    if locked:
+        row.failures, row.window_start = 0, now
+        row.locked_until = now + timedelta(seconds=lock_s)
+    row.save()
+    return locked
+
+
+def clear_login_failures(*, key: str) -> None:
+    LoginFailures.objects.filter(key=key).delete()

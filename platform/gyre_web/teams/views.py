@@ -28,6 +28,12 @@ from gyre_web.teams.serializers import (
 )
 
 
+def _refused(err: services.MembershipRefused) -> Response:
+    """403 for a change the actor may not make, 409 for one that would leave no owner."""
+    code = 409 if isinstance(err, services.LastOwner) else 403
+    return Response({err.field: [str(err)], "detail": str(err)}, status=code)
+
+
 class TeamViewSet(viewsets.ModelViewSet):
     serializer_class = TeamSerializer
 
@@ -49,7 +55,7 @@ class TeamViewSet(viewsets.ModelViewSet):
 
     def perform_destroy(self, instance: Team) -> None:
         require_role(self.request, instance.pk, frozenset({"owner"}))
-        instance.delete()
+        services.delete_team(team=instance)
 
     @extend_schema(methods=["GET"], responses=MembershipSerializer(many=True))
     @extend_schema(
@@ -69,9 +75,15 @@ class TeamViewSet(viewsets.ModelViewSet):
         require_manager(request, team.pk)
         ser = MembershipSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
-        m = services.set_membership(
-            team=team, user=ser.validated_data["user"], role=ser.validated_data["role"]
-        )
+        try:
+            m = services.set_membership(
+                team=team,
+                user=ser.validated_data["user"],
+                role=ser.validated_data["role"],
+                by=request.user,
+            )
+        except services.MembershipRefused as err:
+            return _refused(err)
         return Response(MembershipSerializer(m).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(responses={204: None, 400: ERROR})
@@ -86,9 +98,9 @@ class TeamViewSet(viewsets.ModelViewSet):
         if user != request.user:
             require_manager(request, team.pk)
         try:
-            services.remove_membership(team=team, user=user)
-        except ValueError as err:
-            return Response({"detail": str(err)}, status=status.HTTP_400_BAD_REQUEST)
+            services.remove_membership(team=team, user=user, by=request.user)
+        except services.MembershipRefused as err:
+            return _refused(err)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

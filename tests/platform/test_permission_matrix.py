@@ -1,0 +1,480 @@
+"""The permission matrix: every operation of the OpenAPI schema x every kind of caller,
+checked against a declared policy (not against what the code happens to do).
+
+Each operation has an entry in ``OPS`` (the test fails for an operation without one, so a
+new endpoint must declare who may call it); the entry names the policy kind, what it
+needs (a body, a query, a fresh object for a call that consumes its target) and whether
+a share link may read it. ``ALLOWED`` says which principals each kind admits; a denied
+principal gets the status ``_denied`` gives (401 without valid credentials, 403 for a
+share link or a role too low, 404 for an object outside the caller's teams, 400 naming
+the field for a body that refers to one). No call may answer 5xx.
+
+The role rules of the members endpoint and the websocket (handshake and subscribe per
+principal) are in this file too; revocation reaching open sockets is in
+``test_access_revocation.py``."""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth import get_user_model
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connections
+from drf_spectacular.generators import SchemaGenerator
+from gyre_web.asgi import application
+from gyre_web.cluster.services import register_gpu
+from gyre_web.runs import services
+from gyre_web.runs.models import Run, Status
+from gyre_web.teams import services as teams
+from gyre_web.trajectories.services import create_tree, record_rollout_events
+from rest_framework.test import APIClient
+
+from gyre_core.trajectory.synth import SynthConfig, synth_rollouts
+from gyre_core.trajectory.writer import write_rollouts
+
+pytestmark = pytest.mark.django_db
+ORIGIN = [(b"origin", b"http://localhost")]
+
+ROLES = ("owner", "admin", "member", "viewer")
+CALLERS = ("anonymous", "outsider", "staff", *ROLES)
+PRINCIPALS = (*CALLERS, "revoked_token", "share", "revoked_share")
+SIGNED_IN = frozenset({"outsider", "staff", *ROLES})
+ALLOWED = {  # policy kind -> who may
+    "signed_in": SIGNED_IN,  # any signed-in user (lists filter to what they may see)
+    "read": frozenset(ROLES),  # an object of the team: every role reads
+    "write": frozenset({"owner", "admin", "member"}),
+    "manage": frozenset({"owner", "admin"}),
+    "owner": frozenset({"owner"}),
+    "self": frozenset({"member"}),  # the caller's own object (here the member's token)
+    "staff": frozenset({"staff"}),  # site administrators (the GPU inventory)
+}
+
+
+@dataclass
+class Op:
+    kind: str
+    shared: bool = False  # a share link to the run's experiment reads it
+    body: Callable[[dict[str, Any], str], Any] | None = None
+    query: str = ""
+    fresh: Callable[[dict[str, Any], str], dict[str, Any]] | None = None  # path ids per call
+    ref: str = ""  # the body field naming a team object: outsiders get 400 on it
+    multipart: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+Body = Callable[[dict[str, Any], str], Any]
+
+
+def _n(who: str) -> int:
+    return PRINCIPALS.index(who)
+
+
+def _fresh_experiment(w: dict[str, Any], who: str) -> dict[str, Any]:
+    return {"id": services.create_experiment(team=w["team"], name=f"gone-{who}").pk}
+
+
+def _fresh_run(w: dict[str, Any], who: str, status: str = Status.QUEUED) -> dict[str, Any]:
+    run = services.create_run(experiment=w["exp"], config=w["config"], launch=False)
+    Run.objects.filter(pk=run.pk).update(status=status)
+    return {"id": run.pk}
+
+
+def _finished_run(w: dict[str, Any], who: str) -> dict[str, Any]:
+    return _fresh_run(w, who, Status.SUCCEEDED)
+
+
+def _cancelled_run(w: dict[str, Any], who: str) -> dict[str, Any]:
+    return _fresh_run(w, who, Status.CANCELLED)
+
+
+def _fresh_team(w: dict[str, Any], who: str) -> dict[str, Any]:
+    team = teams.create_team(name=f"Doomed {who}", owner=w["users"]["owner"])
+    for role in ("admin", "member", "viewer"):
+        teams.set_membership(team=team, user=w["users"][role], role=role)
+    return {"id": team.pk}
+
+
+def _fresh_victim(w: dict[str, Any], who: str) -> dict[str, Any]:
+    victim = get_user_model().objects.create_user(f"victim-{who}")
+    teams.set_membership(team=w["team"], user=victim, role="viewer")
+    return {"id": w["team"].pk, "username": victim.username}
+
+
+def _fresh_gpu(w: dict[str, Any], who: str) -> dict[str, Any]:
+    return {"id": register_gpu(node_name="spare", index=_n(who)).pk}
+
+
+def _fresh_link(w: dict[str, Any], who: str) -> dict[str, Any]:
+    return {"id": teams.create_share_link(created_by=None, run=w["run"])[0].pk}
+
+
+def _fresh_token(w: dict[str, Any], who: str) -> dict[str, Any]:
+    return {"id": teams.create_api_token(user=w["users"]["member"], name="spare")[0].pk}
+
+
+def _jsonl() -> bytes:
+    buf = io.StringIO()
+    cfg = SynthConfig(
+        groups=1,
+        group_size=2,
+        turns=2,
+        system_tokens=16,
+        completion_tokens=8,
+        tool_tokens=8,
+        retry_prob=0.0,
+        seed=1,
+    )
+    write_rollouts(buf, synth_rollouts(cfg))
+    return buf.getvalue().encode()
+
+
+def _experiment(w: dict[str, Any], who: str) -> dict[str, Any]:
+    return {"team": w["team"].pk, "name": who}
+
+
+def _run(w: dict[str, Any], who: str) -> dict[str, Any]:
+    return {"experiment": w["exp"].pk, "config": w["config"]}
+
+
+def _renamed(w: dict[str, Any], who: str) -> dict[str, Any]:
+    return {"team": w["team"].pk, "name": f"renamed by {who}"}
+
+
+def _gpu(w: dict[str, Any], who: str) -> dict[str, Any]:
+    return {"node": w["gpu"].node_id, "index": 10 + _n(who), "model": who}
+
+
+def _same_gpu(w: dict[str, Any], who: str) -> dict[str, Any]:
+    return {"node": w["gpu"].node_id, "index": w["gpu"].index, "model": who}
+
+
+def _upload(w: dict[str, Any], who: str) -> dict[str, Any]:
+    return {"file": SimpleUploadedFile("t.jsonl", w["jsonl"], content_type="application/jsonl")}
+
+
+def _joiner(w: dict[str, Any], who: str) -> dict[str, Any]:
+    user = get_user_model().objects.create_user(f"joiner-{who}")
+    return {"username": user.username, "role": "viewer"}
+
+
+def _name(w: dict[str, Any], who: str) -> dict[str, Any]:
+    return {"name": f"N {who}"}
+
+
+def _fork(w: dict[str, Any], who: str) -> dict[str, Any]:
+    return {"changes": {"seed": 3}}
+
+
+OPS: dict[tuple[str, str], Op] = {
+    ("GET", "/api/config/presets/"): Op("signed_in"),
+    ("GET", "/api/config/schema/"): Op("signed_in"),
+    ("GET", "/api/experiments/"): Op("signed_in", shared=True),
+    ("POST", "/api/experiments/"): Op("write", body=_experiment, ref="team"),
+    ("GET", "/api/experiments/{id}/"): Op("read", shared=True),
+    ("PUT", "/api/experiments/{id}/"): Op("write", body=_renamed),
+    ("PATCH", "/api/experiments/{id}/"): Op("write", body=_name),
+    ("DELETE", "/api/experiments/{id}/"): Op("write", fresh=_fresh_experiment),
+    ("GET", "/api/gpus/"): Op("signed_in"),
+    ("POST", "/api/gpus/"): Op("staff", body=_gpu),
+    ("GET", "/api/gpus/{id}/"): Op("signed_in"),
+    ("PUT", "/api/gpus/{id}/"): Op("staff", body=_same_gpu),
+    ("PATCH", "/api/gpus/{id}/"): Op("staff", body=_name),
+    ("DELETE", "/api/gpus/{id}/"): Op("staff", fresh=_fresh_gpu),
+    ("GET", "/api/rollouts/"): Op("signed_in", shared=True),
+    ("GET", "/api/rollouts/{id}/"): Op("read", shared=True),
+    ("GET", "/api/runs/"): Op("signed_in", shared=True),
+    ("POST", "/api/runs/"): Op("write", body=_run, ref="experiment"),
+    ("GET", "/api/runs/{id}/"): Op("read", shared=True),
+    ("DELETE", "/api/runs/{id}/"): Op("write", fresh=_finished_run),
+    ("POST", "/api/runs/{id}/cancel/"): Op("write", fresh=_fresh_run),
+    ("POST", "/api/runs/{id}/pause/"): Op("write", fresh=_fresh_run),
+    ("POST", "/api/runs/{id}/resume/"): Op("write", fresh=_cancelled_run),
+    ("POST", "/api/runs/{id}/fork/"): Op("write", body=_fork),
+    ("POST", "/api/runs/{id}/import/"): Op("write", fresh=_fresh_run, body=_upload, multipart=True),
+    ("GET", "/api/runs/{id}/events/"): Op("read", shared=True),
+    ("GET", "/api/runs/{id}/metrics/"): Op("read", shared=True),
+    ("GET", "/api/runs/{id}/roles/"): Op("read", shared=True),
+    ("GET", "/api/runs/metrics/"): Op("read", shared=True, query="runs={run}"),
+    ("GET", "/api/share-links/"): Op("signed_in"),
+    ("POST", "/api/share-links/"): Op("write", body=lambda w, who: {"run": w["run"].pk}, ref="run"),
+    ("GET", "/api/share-links/{id}/"): Op("read"),
+    ("DELETE", "/api/share-links/{id}/"): Op("write", fresh=_fresh_link),
+    ("GET", "/api/teams/"): Op("signed_in"),
+    ("POST", "/api/teams/"): Op("signed_in", body=_name),
+    ("GET", "/api/teams/{id}/"): Op("read"),
+    ("PUT", "/api/teams/{id}/"): Op("manage", body=lambda w, who: {"name": "Lab", "slug": "lab"}),
+    ("PATCH", "/api/teams/{id}/"): Op("manage", body=_name),
+    ("DELETE", "/api/teams/{id}/"): Op("owner", fresh=_fresh_team),
+    ("GET", "/api/teams/{id}/members/"): Op("read"),
+    ("POST", "/api/teams/{id}/members/"): Op("manage", body=_joiner),
+    ("DELETE", "/api/teams/{id}/members/{username}/"): Op("manage", fresh=_fresh_victim),
+    ("GET", "/api/tokens/"): Op("signed_in"),
+    ("POST", "/api/tokens/"): Op("signed_in", body=_name),
+    ("GET", "/api/tokens/{id}/"): Op("self"),
+    ("DELETE", "/api/tokens/{id}/"): Op("self", fresh=_fresh_token),
+    ("GET", "/api/trees/"): Op("signed_in", shared=True),
+    ("GET", "/api/trees/{id}/"): Op("read", shared=True),
+    ("GET", "/api/trees/{id}/nodes/"): Op("read", shared=True),
+    ("GET", "/api/trees/{id}/nodes/{node_id}/tokens/"): Op("read", shared=True),
+    ("GET", "/api/trees/{id}/path/{node_id}/"): Op("read", shared=True),
+    ("GET", "/api/trees/{id}/search/"): Op("read", shared=True, query="q=root"),
+}
+
+
+def _schema_operations() -> list[tuple[str, str]]:
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    methods = ("get", "post", "put", "patch", "delete")
+    return [(m.upper(), p) for p, ops in schema["paths"].items() for m in ops if m in methods]
+
+
+def _denied(op: Op, who: str) -> set[int]:
+    """The statuses the policy gives a principal that ``op`` does not admit."""
+    if who in ("anonymous", "revoked_token", "revoked_share"):
+        return {401}  # no valid credentials
+    if who == "share":
+        return {403}  # a share link reads its scope and nothing else
+    team_object = op.kind in ("read", "write", "manage", "owner", "self")
+    if who in ("outsider", "staff") and team_object:
+        if op.ref:
+            return {400}  # the body names an object that does not exist for them
+        return {404}  # an object outside the caller's teams does not exist for them
+    if op.kind == "self":
+        return {404}  # another user's token does not exist for them
+    return {403}  # a role too low, or not staff
+
+
+def _admits(op: Op, who: str) -> bool:
+    return who in ALLOWED[op.kind] or (who == "share" and op.shared)
+
+
+@pytest.fixture
+def world(people, sim_config) -> dict[str, Any]:
+    """Real objects (team, experiment, run with events, rollout, tree with nodes, GPU,
+    tokens, share links) and one client per principal."""
+    users = {k: people[k] for k in ("owner", "admin", "member", "viewer", "outsider")}
+    users["staff"] = get_user_model().objects.create_user("staff", is_staff=True)
+    exp = services.create_experiment(team=people["team"], name="matrix")
+    run = services.create_run(experiment=exp, config=sim_config, launch=False)
+    services.append_events(
+        run_id=run.pk,
+        events=[
+            {
+                "kind": "rollout_started",
+                "t": 0.0,
+                "data": {"rollout_id": "r0", "task_id": "t", "group_id": "g", "step": 1},
+            },
+            {
+                "kind": "step_finished",
+                "t": 1.0,
+                "data": {"step": 1, "version": 1, "metrics": {"loss": 0.5}},
+            },
+        ],
+    )
+    record_rollout_events(
+        run_id=run.pk,
+        events=[{"kind": "rollout_started", "t": 0.0, "data": {"rollout_id": "r0", "step": 1}}],
+    )
+    tree = create_tree(
+        run_id=run.pk,
+        group_id="g",
+        nodes=[
+            {"id": 0, "parent": None, "preview": "root"},
+            {"id": 1, "parent": 0, "preview": "leaf"},
+        ],
+    )
+    gpu = register_gpu(node_name="n0", index=0)
+    clients = {}
+    keys = {}
+    for who, user in users.items():
+        token, keys[who] = teams.create_api_token(user=user, name="matrix")
+        if who == "member":
+            member_token = token
+        clients[who] = APIClient(HTTP_AUTHORIZATION=f"Token {keys[who]}")
+    revoked, keys["revoked_token"] = teams.create_api_token(user=users["member"], name="old")
+    teams.revoke_api_token(token=revoked)
+    clients["revoked_token"] = APIClient(HTTP_AUTHORIZATION=f"Token {keys['revoked_token']}")
+    link, keys["share"] = teams.create_share_link(created_by=users["owner"], experiment=exp)
+    old, keys["revoked_share"] = teams.create_share_link(created_by=users["owner"], experiment=exp)
+    teams.revoke_share_link(link=old)
+    for who in ("share", "revoked_share"):
+        clients[who] = APIClient(HTTP_X_GYRE_SHARE=keys[who])
+    clients["anonymous"] = APIClient()
+    ids = {
+        "teams": people["team"].pk,
+        "experiments": exp.pk,
+        "runs": run.pk,
+        "rollouts": run.rollouts.get().pk,
+        "trees": tree.pk,
+        "gpus": gpu.pk,
+        "tokens": member_token.pk,
+        "share-links": link.pk,
+    }
+    node = tree.tree_nodes.order_by("id").last().pk
+    return {
+        "users": users,
+        "team": people["team"],
+        "exp": exp,
+        "run": run,
+        "gpu": gpu,
+        "config": sim_config,
+        "jsonl": _jsonl(),
+        "clients": clients,
+        "keys": keys,
+        "ids": ids,
+        "node": node,
+    }
+
+
+def _call(w: dict[str, Any], method: str, template: str, op: Op, who: str) -> Any:
+    params = {"id": w["ids"].get(template.split("/")[2]), "node_id": w["node"]}
+    if op.fresh is not None:
+        params.update(op.fresh(w, who))
+    url = template.format(**params)
+    if op.query:
+        url += "?" + op.query.format(run=w["run"].pk)
+    body = op.body(w, who) if op.body is not None else None
+    fmt = "multipart" if op.multipart else "json"
+    return getattr(w["clients"][who], method.lower())(url, body, format=fmt)
+
+
+def test_every_operation_as_every_principal(world):
+    operations = _schema_operations()
+    undeclared = sorted(set(operations) - set(OPS))
+    assert not undeclared, f"declare who may call these operations in OPS: {undeclared}"
+    assert not set(OPS) - set(operations), "OPS names operations the schema lacks"
+    wrong = []
+    started = time.monotonic()
+    for method, template in operations:
+        op = OPS[(method, template)]
+        for who in PRINCIPALS:
+            resp = _call(world, method, template, op, who)
+            status = resp.status_code
+            if _admits(op, who):
+                ok = 200 <= status < 300
+            else:
+                ok = status in _denied(op, who)
+                if ok and status == 400:
+                    ok = op.ref in resp.json()  # the refused reference is named
+            if not ok or status >= 500:
+                wrong.append((method, template, who, status, resp.content[:200]))
+    cells = len(operations) * len(PRINCIPALS)
+    print(
+        f"permission matrix: {len(operations)} operations x {len(PRINCIPALS)} principals"
+        f" = {cells} calls in {time.monotonic() - started:.1f} s"
+    )
+    assert not wrong, "\n".join(map(str, wrong))
+
+
+def test_a_share_link_reads_only_its_experiment(world, people, sim_config):
+    other_exp = services.create_experiment(team=world["team"], name="not shared")
+    other_run = services.create_run(experiment=other_exp, config=sim_config, launch=False)
+    foreign_exp = services.create_experiment(team=people["other_team"], name="foreign")
+    foreign = services.create_run(experiment=foreign_exp, config=sim_config, launch=False)
+    share = world["clients"]["share"]
+    for url in (
+        f"/api/experiments/{other_exp.pk}/",
+        f"/api/runs/{other_run.pk}/",
+        f"/api/runs/{foreign.pk}/events/",
+        f"/api/runs/metrics/?runs={other_run.pk}",
+    ):
+        assert share.get(url).status_code == 404, url
+    listed = [r["id"] for r in share.get("/api/runs/").json()["results"]]
+    assert listed == [world["run"].pk]
+    assert [e["id"] for e in share.get("/api/experiments/").json()["results"]] == [world["exp"].pk]
+
+
+def _add(client: APIClient, team_id: int, username: str, role: str) -> Any:
+    return client.post(
+        f"/api/teams/{team_id}/members/", {"username": username, "role": role}, format="json"
+    )
+
+
+def _roles(team_id: int) -> dict[str, str]:
+    from gyre_web.teams.models import Membership
+
+    rows = Membership.objects.filter(team_id=team_id).values_list("user__username", "role")
+    return dict(rows)
+
+
+def test_role_changes_keep_an_owner_and_stay_within_the_actors_rights(world):
+    c, team = world["clients"], world["team"].pk
+    before = _roles(team)
+    refused = [  # (who, username, role, status, field)
+        ("admin", "admin", "owner", 403, "role"),  # an admin promotes itself
+        ("admin", "member", "owner", 403, "role"),  # an admin grants the owner role
+        ("admin", "owner", "viewer", 403, "role"),  # an admin demotes the owner
+        ("owner", "owner", "admin", 409, "role"),  # the last owner steps down
+        ("member", "member", "admin", 403, None),  # a member manages nobody, not even itself
+        ("viewer", "viewer", "owner", 403, None),
+    ]
+    for who, username, role, status, field_name in refused:
+        resp = _add(c[who], team, username, role)
+        assert resp.status_code == status, (who, username, role, resp.content)
+        assert field_name is None or field_name in resp.json(), resp.content
+    gone = [("admin", "owner", 403), ("owner", "owner", 409), ("viewer", "member", 403)]
+    for who, username, status in gone:
+        resp = c[who].delete(f"/api/teams/{team}/members/{username}/")
+        assert resp.status_code == status, (who, username, resp.content)
+        assert "username" in resp.json() or status == 403
+    assert _roles(team) == before  # nothing changed
+    # What an admin may do: manage admins, members and viewers (its own role downward).
+    assert _add(c["admin"], team, "outsider", "member").status_code == 201
+    assert _add(c["admin"], team, "outsider", "admin").status_code == 201
+    assert c["admin"].delete(f"/api/teams/{team}/members/outsider/").status_code == 204
+    assert _add(c["admin"], team, "admin", "member").status_code == 201  # steps down
+    assert _add(c["admin"], team, "admin", "admin").status_code == 403  # and cannot go back
+    # An owner makes another owner; then it may step down, and the new owner may remove it.
+    assert _add(c["owner"], team, "member", "owner").status_code == 201
+    assert _add(c["owner"], team, "owner", "viewer").status_code == 201
+    assert c["member"].delete(f"/api/teams/{team}/members/owner/").status_code == 204
+    assert c["member"].delete(f"/api/teams/{team}/members/member/").status_code == 409
+    assert _roles(team) == {"admin": "member", "member": "owner", "viewer": "viewer"}
+    assert c["viewer"].delete(f"/api/teams/{team}/members/viewer/").status_code == 204  # leaves
+
+
+async def _handshake(w: dict[str, Any], who: str) -> tuple[WebsocketCommunicator, bool, Any]:
+    key = w["keys"].get(who)
+    query = "" if key is None else ("share=" if "share" in who else "token=") + key
+    comm = WebsocketCommunicator(application, f"/ws/?{query}", headers=ORIGIN)
+    connected, code = await comm.connect()
+    return comm, connected, code
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_websocket_handshake_and_subscribe_as_every_principal(world):
+    run_id, wrong = world["run"].pk, []
+    for who in PRINCIPALS:
+        comm, connected, code = await _handshake(world, who)
+        if who in ("anonymous", "revoked_token", "revoked_share"):
+            if connected or code != 4401:
+                wrong.append((who, "handshake", connected, code))
+            continue
+        await comm.send_json_to({"type": "subscribe", "run": run_id})
+        reply = await comm.receive_json_from(timeout=5)
+        if who in ("outsider", "staff"):
+            expected = {"type": "error", "run": run_id, "error": "run not found"}
+            if reply != expected:
+                wrong.append((who, "subscribe", reply))
+        else:
+            events = await comm.receive_json_from(timeout=5)
+            seqs = [e["seq"] for e in events.get("events", [])]
+            if reply["type"] != "subscribed" or seqs != [1, 2]:
+                wrong.append((who, "subscribe", reply, events))
+        await comm.send_json_to({"type": "subscribe", "stream": "cluster"})
+        reply = await comm.receive_json_from(timeout=5)
+        if reply["type"] != ("error" if who == "share" else "subscribed"):
+            wrong.append((who, "cluster", reply))
+        await comm.disconnect()
+    # The fixture's connection lives in this test's context; a refused handshake leaves
+    # it to us to close (else the test database cannot be dropped at the end).
+    await sync_to_async(connections.close_all)()
+    print(f"websocket matrix: {len(PRINCIPALS)} principals x (handshake, run, cluster)")
+    assert not wrong, wrong
