@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -15,9 +14,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from gyre_web.runs import services
 from gyre_web.teams import services as teams
 
-from gyre_core.trajectory.synth import SynthConfig, synth_rollouts
-from gyre_core.trajectory.writer import write_rollouts
 from tests.platform.conftest import SIM_CONFIG
+from tests.platform.uploads import synth_jsonl
 
 pytestmark = pytest.mark.django_db
 
@@ -47,18 +45,7 @@ def world(people, sim_config, client_for) -> dict[str, Any]:
 
 
 def _good_jsonl(groups: int = 1) -> bytes:
-    buf = io.StringIO()
-    cfg = SynthConfig(
-        groups=groups,
-        group_size=2,
-        turns=2,
-        system_tokens=16,
-        completion_tokens=8,
-        tool_tokens=8,
-        seed=3,
-    )
-    write_rollouts(buf, synth_rollouts(cfg))
-    return buf.getvalue().encode()
+    return synth_jsonl(groups=groups, seed=3)
 
 
 def _upload(client: Any, run_id: int, data: bytes) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 
 import pytest
@@ -10,8 +9,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from gyre_web.runs import services
 from gyre_web.trajectories.models import Rollout, Tree
 
-from gyre_core.trajectory.synth import SynthConfig, synth_rollouts
-from gyre_core.trajectory.writer import write_rollouts
+from tests.platform.uploads import synth_jsonl
 
 pytestmark = pytest.mark.django_db
 
@@ -23,11 +21,7 @@ def run(people, sim_config):
 
 
 def _jsonl() -> bytes:
-    buf = io.StringIO()
-    cfg = SynthConfig(groups=2, group_size=3, turns=3, system_tokens=64, completion_tokens=16,
-                      tool_tokens=16, retry_prob=0.3, seed=1)  # fmt: skip
-    write_rollouts(buf, synth_rollouts(cfg))
-    return buf.getvalue().encode()
+    return synth_jsonl(groups=2, group_size=3, turns=3, prompt=64, completion=16, retry_prob=0.3)
 
 
 def _upload(client, run_id: int, data: bytes):

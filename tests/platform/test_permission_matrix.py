@@ -15,7 +15,6 @@ principal) are in this file too; revocation reaching open sockets is in
 
 from __future__ import annotations
 
-import io
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,8 +35,7 @@ from gyre_web.teams import services as teams
 from gyre_web.trajectories.services import create_tree, record_rollout_events
 from rest_framework.test import APIClient
 
-from gyre_core.trajectory.synth import SynthConfig, synth_rollouts
-from gyre_core.trajectory.writer import write_rollouts
+from tests.platform.uploads import synth_jsonl
 
 pytestmark = pytest.mark.django_db
 ORIGIN = [(b"origin", b"http://localhost")]
@@ -120,19 +118,7 @@ def _fresh_token(w: dict[str, Any], who: str) -> dict[str, Any]:
 
 
 def _jsonl() -> bytes:
-    buf = io.StringIO()
-    cfg = SynthConfig(
-        groups=1,
-        group_size=2,
-        turns=2,
-        system_tokens=16,
-        completion_tokens=8,
-        tool_tokens=8,
-        retry_prob=0.0,
-        seed=1,
-    )
-    write_rollouts(buf, synth_rollouts(cfg))
-    return buf.getvalue().encode()
+    return synth_jsonl()
 
 
 def _experiment(w: dict[str, Any], who: str) -> dict[str, Any]:

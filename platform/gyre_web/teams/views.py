@@ -59,7 +59,9 @@ class TeamViewSet(viewsets.ModelViewSet):
 
     @extend_schema(methods=["GET"], responses=MembershipSerializer(many=True))
     @extend_schema(
-        methods=["POST"], request=MembershipSerializer, responses={201: MembershipSerializer}
+        methods=["POST"],
+        request=MembershipSerializer,
+        responses={201: MembershipSerializer, 409: ERROR},  # 409: the last owner
     )
     @action(
         detail=True,
@@ -86,7 +88,7 @@ class TeamViewSet(viewsets.ModelViewSet):
             return _refused(err)
         return Response(MembershipSerializer(m).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(responses={204: None, 400: ERROR})
+    @extend_schema(responses={204: None, 409: ERROR})  # 409: the last owner
     @action(detail=True, methods=["delete"], url_path=r"members/(?P<username>[^/]+)")
     def remove_member(
         self, request: Request, pk: str | None = None, username: str = ""

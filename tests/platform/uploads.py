@@ -1,0 +1,35 @@
+"""Small synthetic ``gyre.trajectory/v1`` files for the import tests."""
+
+from __future__ import annotations
+
+import io
+
+from gyre_core.trajectory.synth import SynthConfig, synth_rollouts
+from gyre_core.trajectory.writer import write_rollouts
+
+
+def synth_jsonl(
+    *,
+    groups: int = 1,
+    group_size: int = 2,
+    turns: int = 2,
+    seed: int = 1,
+    prompt: int = 16,
+    completion: int = 8,
+    retry_prob: float = 0.0,
+) -> bytes:
+    """A valid file of ``groups`` x ``group_size`` rollouts (``prompt`` system tokens,
+    ``completion`` and tool tokens a turn)."""
+    cfg = SynthConfig(
+        groups=groups,
+        group_size=group_size,
+        turns=turns,
+        system_tokens=prompt,
+        completion_tokens=completion,
+        tool_tokens=completion,
+        retry_prob=retry_prob,
+        seed=seed,
+    )
+    buf = io.StringIO()
+    write_rollouts(buf, synth_rollouts(cfg))
+    return buf.getvalue().encode()
