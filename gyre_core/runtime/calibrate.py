@@ -12,9 +12,9 @@ work folder:
 
 What is measured, and how each cost is derived (``docs/sim-costs.md``, "Calibration"):
 
-* **Calls.** :class:`TimedRouter` times every LLM call the sessions make (router to
-  completion: engine choice, the Ray round trip, waiting for a batch slot, prefill and
-  decode) and notes its engine. A call's *concurrency* is the time-weighted mean number
+* **Calls.** The run's :class:`~gyre_core.runtime.timed_router.TimedRouter` times every
+  LLM call the sessions make (router to completion: engine choice, the Ray round trip,
+  waiting for a batch slot, prefill and decode) and notes its engine. A call's *concurrency* is the time-weighted mean number
   of calls on its engine while it ran (itself included). The simulator charges a call of
   ``c`` completion tokens and ``k`` newly appended prompt tokens on a unit shared by ``n``
   ``c (n + half) / peak + k n / prefill`` seconds; that is linear in ``1/peak``,
@@ -49,8 +49,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from itertools import combinations
 from pathlib import Path
@@ -59,8 +57,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gyre_core.config import RunConfig
-from gyre_core.rollout.engine import Completion, SamplingParams
-from gyre_core.rollout.router import Router
+from gyre_core.runtime.timed_router import CallRecord, TimedRouter
 from gyre_core.sim.costs import CostModel
 from gyre_core.sim.workload import TraceRollout, Turn, write_trace
 from gyre_core.trajectory.format import Rollout, read_rollouts
@@ -80,41 +77,6 @@ _ROLLOUT_ID = re.compile(r"r(\d+)")
 
 class CalibrationError(ValueError):
     """The run recorded too little to fit a cost table."""
-
-
-# --------------------------------------------------------------------------- recording
-
-
-@dataclass(frozen=True, slots=True)
-class CallRecord:
-    request_id: str  # ``<rollout_id>/<call_id>``, as the harness names it
-    engine: str  # the engine that finished it
-    t0: float  # seconds on the run's clock
-    t1: float
-    prompt_tokens: int  # the full prompt
-    completion_tokens: int
-
-
-class TimedRouter(Router):
-    """A :class:`Router` that times every call it completes (see the module docstring)."""
-
-    def __init__(self, *args: Any, clock: Callable[[], float] | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.records: list[CallRecord] = []
-        # record times on the run's clock (``clock``), at perf_counter precision
-        self.origin = time.perf_counter() - (clock() if clock is not None else 0.0)
-
-    async def generate(
-        self, session_id: str, prompt_ids: list[int], params: SamplingParams, *, request_id: str
-    ) -> Completion:
-        t0 = time.perf_counter() - self.origin
-        out = await super().generate(session_id, prompt_ids, params, request_id=request_id)
-        engine = self.session_engine(session_id) or ""
-        t1 = time.perf_counter() - self.origin
-        self.records.append(
-            CallRecord(request_id, engine, t0, t1, len(prompt_ids), len(out.token_ids))
-        )
-        return out
 
 
 # --------------------------------------------------------------------------- fitting

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,6 +188,24 @@ class Loop:
                                self.trainer.version, self.batch_order)  # fmt: skip
 
     # ------------------------------------------------------------------ role switches
+
+    async def bring_up(self, roles: Sequence[str]) -> None:
+        """Bring every unit up in its initial role (``roles``, one per unit): each loads an
+        engine with the current weights and its lane starts with a rollout event, then the
+        units whose initial role is training switch to it."""
+        await asyncio.gather(*(self.start_engine(s) for s in self.units))
+        for s in self.units:
+            self._role(s, ROLLOUT)
+        for slot, role in zip(self.units, roles, strict=True):
+            slot.target = role
+        await asyncio.gather(*(self._switch(s, TRAIN) for s in self.units if s.target == TRAIN))
+
+    async def ensure_engine(self) -> None:
+        """When no live unit serves rollout (a benchmark after the loop needs one), switch
+        the first live unit back to it (the next one if that unit is lost on the way)."""
+        for s in self.units:
+            if not any(x.role == ROLLOUT and not x.dead for x in self.units) and not s.dead:
+                await self._switch(s, ROLLOUT)
 
     async def _switch(self, slot: UnitSlot, to: str) -> None:
         slot.busy, slot.target, before = True, to, slot.role

@@ -24,13 +24,14 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from gyre_core import events as ev
-from gyre_core.cluster import IDLE, ROLLOUT, TRAIN
+from gyre_core.cluster import IDLE, ROLLOUT
 from gyre_core.config import RunConfig
-from gyre_core.runtime.calibrate import TimedRouter, write_calibration
+from gyre_core.runtime.calibrate import write_calibration
 from gyre_core.runtime.loop import Loop, UnitSlot
 from gyre_core.runtime.ray_backend import UnitActor, start_ray
 from gyre_core.runtime.session import SessionFactory, make_model_dir
 from gyre_core.runtime.threaded_sink import ThreadedSink
+from gyre_core.runtime.timed_router import TimedRouter
 from gyre_core.scheduler.policies import make_policy
 from gyre_core.trajectory.format import Rollout, read_rollouts
 from gyre_core.trajectory.writer import write_rollouts
@@ -139,13 +140,7 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
                 pending=pending, batch_order=cfg.scheduler.batch_order)  # fmt: skip
     router.on_dead = loop.mark_dead
     router.on_migrate = factory.migrated
-    # Bring every unit up in its initial role (engines load the current weights).
-    await asyncio.gather(*(loop.start_engine(s) for s in slots))
-    for s in slots:
-        loop._role(s, ROLLOUT)  # every unit's lane starts with an event
-    for slot, role in zip(slots, roles, strict=True):
-        slot.target = role
-    await asyncio.gather(*(loop._switch(s, TRAIN) for s in slots if s.target == TRAIN))
+    await loop.bring_up(roles)  # every unit in its initial role, engines on current weights
     before = await factory.benchmark(router, trainer.version)
     say(f"benchmark before: {before:.3f}")
     cancelled = False
@@ -156,9 +151,7 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
     finally:
         await loop.settle()
     if not cancelled:
-        for s in slots:  # the final benchmark needs engines: bring trainers back if none serve
-            if not any(x.role == ROLLOUT and not x.dead for x in slots) and not s.dead:
-                await loop._switch(s, ROLLOUT)
+        await loop.ensure_engine()  # the final benchmark needs one: a trainer comes back
         after = await factory.benchmark(router, trainer.version)
         say(f"benchmark after: {after:.3f}")
     for s in slots:

@@ -14,7 +14,6 @@ from gyre_core.runtime import run_job
 from gyre_core.runtime.calibrate import (
     HALF_CAP,
     CalibrationError,
-    CallRecord,
     CallSample,
     StepSample,
     concurrency,
@@ -24,6 +23,7 @@ from gyre_core.runtime.calibrate import (
     rollout_turns,
     sim_tokens,
 )
+from gyre_core.runtime.timed_router import CallRecord
 from gyre_core.sim.costs import CostModel
 from gyre_core.sim.workload import TraceRollout, parse_rollout, read_trace, rollout_to_json
 from gyre_core.trajectory.format import Call, Prefix, Rollout
