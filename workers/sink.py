@@ -12,12 +12,10 @@ from typing import Any
 from channels.layers import get_channel_layer
 from django.db import transaction
 from gyre_web.cluster.services import record_role_changes
-from gyre_web.runs.consumers import group_name
-from gyre_web.runs.services import append_events
+from gyre_web.runs.services import append_events, wake_run
 from gyre_web.trajectories.services import record_rollout_events
 
 from gyre_core.events import Event, RunStatus
-from workers.wake import Waker
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 PAYLOAD_EVENTS = 500  # a wake-up carries its batch up to this many events (consumers.BATCH)
@@ -98,7 +96,7 @@ class DbSink:
         self.written += len(rows)
 
     def _wake(self, message: dict[str, Any]) -> None:
-        Waker.of(self.layer).send(group_name(self.run_id), message)
+        wake_run(run_id=self.run_id, message=message)
 
 
 class JobSink:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from channels.layers import get_channel_layer
 from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
@@ -19,6 +18,7 @@ from gyre_web.cluster.models import (
     RoleInterval,
     Unit,
 )
+from gyre_web.wake import wake
 
 
 class GpuBusy(RuntimeError):
@@ -190,9 +190,4 @@ def append_cluster_events(*, events: list[tuple[str, dict[str, Any]]]) -> list[C
 def _wake(last_seq: int) -> None:
     """The consumers of the cluster stream read the table after their cursor (they also
     poll it, so a lost wake-up only delays)."""
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    from workers.wake import Waker  # one loop per process sends the wake-ups
-
-    Waker.of(layer).send(GROUP, {"type": "cluster.events", "last_seq": last_seq})
+    wake(GROUP, {"type": "cluster.events", "last_seq": last_seq})

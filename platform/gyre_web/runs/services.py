@@ -31,6 +31,7 @@ from gyre_web.runs.models import (
     RunEvent,
     Status,
 )
+from gyre_web.wake import wake
 
 log = logging.getLogger(__name__)
 # A send while the broker is down fails after about a second, not kombu's default retries.
@@ -359,18 +360,15 @@ def emit_status(*, run_id: int, status: str, step: int, message: str, t: float) 
 
 
 def _wake(run_id: int, last_seq: int) -> None:
-    """Subscribers read the table after their cursor (they also poll it)."""
-    from channels.layers import get_channel_layer
+    wake_run(run_id=run_id, message={"type": "run.events", "run": run_id, "last_seq": last_seq})
 
+
+def wake_run(*, run_id: int, message: dict[str, Any]) -> None:
+    """Wake the run's websocket group (sent after a commit; subscribers read the table
+    after their cursor, and also poll it)."""
     from gyre_web.runs.consumers import group_name
 
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    from workers.wake import Waker  # one loop per process sends the wake-ups
-
-    message = {"type": "run.events", "run": run_id, "last_seq": last_seq}
-    Waker.of(layer).send(group_name(run_id), message)
+    wake(group_name(run_id), message)
 
 
 def _wall(value: Any) -> datetime:

@@ -7,12 +7,12 @@ import secrets
 from datetime import timedelta
 from typing import Any
 
-from channels.layers import get_channel_layer
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
 from gyre_web.teams.models import ApiToken, LoginFailures, Membership, Role, ShareLink, Team
+from gyre_web.wake import wake
 
 ACCESS_GROUP = "access"  # every websocket consumer listens here (service mode)
 
@@ -25,12 +25,7 @@ def access_changed() -> None:
 
 
 def _broadcast_access_changed() -> None:
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    from workers.wake import Waker  # one loop per process sends group messages
-
-    Waker.of(layer).send(ACCESS_GROUP, {"type": "access.changed"})
+    wake(ACCESS_GROUP, {"type": "access.changed"})
 
 
 def digest_key(key: str) -> str:

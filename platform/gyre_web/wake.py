@@ -1,5 +1,5 @@
-"""Channel-layer wake-ups sent from a thread of their own, so the sink's caller never waits
-on Redis. ``async_to_sync(group_send)`` from a plain thread starts an event loop (and with
+"""Channel-layer wake-ups sent from a thread of their own, so a caller (the worker's sink,
+a service after its commit) never waits on Redis. ``async_to_sync(group_send)`` from a plain thread starts an event loop (and with
 channels_redis a new connection) on every call: 4-8 ms a flush on a loaded machine, with
 tails past 100 ms. Here one long-lived loop per process owns the layer's connections and
 sends the wake-ups one after the other, in the order they were queued."""
@@ -12,6 +12,8 @@ import logging
 import os
 import threading
 from typing import Any
+
+from channels.layers import get_channel_layer
 
 log = logging.getLogger(__name__)
 
@@ -72,3 +74,11 @@ class Waker:
             future.result(timeout)
         except Exception:  # best effort at exit
             log.warning("channel-layer wake-ups still queued after %.1f s", timeout)
+
+
+def wake(group: str, message: dict[str, Any]) -> None:
+    """Queue ``message`` for the channel group ``group`` (nothing without a channel layer:
+    consumers also poll the event tables, so a lost wake-up only delays)."""
+    layer = get_channel_layer()
+    if layer is not None:
+        Waker.of(layer).send(group, message)
