@@ -1,0 +1,178 @@
+"""The import contract (DESIGN.md, "Boundaries"): which code may import which.
+
+Read from every module's source (its AST), so the check is exact, takes well under a
+second and imports neither Django nor Ray. An import inside a function or under
+``TYPE_CHECKING`` counts like any other. ``platform/`` is a source folder, not a package
+(see test_layout.py): its modules are named from inside it (``gyre_web.runs.services``).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# gyre_core runs from a notebook or the CLI: no web framework, task queue or platform.
+CORE_BANNED = ("django", "celery", "channels", "rest_framework", "gyre_web", "workers")
+
+# The gyre_core surface the platform and the workers use, as module names (exact).
+SURFACE = {
+    "gyre_core.config": "run configs validated at the edge, the form's schema and presets",
+    "gyre_core.events": "the run events the platform stores, derives rows from and serves",
+    "gyre_core.runtime": "the runtime's entry point: run_job, error_line, Cancelled",
+    "gyre_core.trajectory.format": "the rollout file format (read_rollouts, Rollout)",
+    "gyre_core.trajectory.writer": "writes rollouts in that format (trajectory uploads)",
+}
+# Beyond the surface, each with its reason; test_every_exception_is_still_needed removes
+# one from here once nothing needs it.
+PLATFORM_EXCEPTIONS = {
+    # the bounded, strict JSON reader the core's logs use: request bodies and socket frames
+    "gyre_core.jsonl": "inputs.py and runs/consumers.py parse untrusted JSON with it",
+    # until the trajectory export module (issue 27, part 3) serves what the browser shows
+    "gyre_core.trajectory.tree": "trajectories/ rebuilds prefix trees for the browser",
+    "gyre_core.trajectory.rewards": "trajectories/ computes per-node advantages",
+}
+WORKER_EXCEPTIONS = {
+    # a module of its own so that importing the entry point does not import Ray
+    "gyre_core.runtime.inventory": "tasks.py syncs Ray's nodes and GPUs into the cluster page",
+}
+# The platform sends Celery tasks by name through the app (DESIGN.md: platform -> workers,
+# dispatch only); nothing else of the workers.
+DISPATCH = {("platform/gyre_web/runs/services.py", "workers.celery_app")}
+# What the workers may use of the platform: an app's services, selectors and models.
+PLATFORM_LAYERS = ("services", "selectors", "models")
+
+
+def sources(root: Path, folder: str) -> Iterator[tuple[str, str, Path]]:
+    """(path relative to ``root``, module name, file) for each module under ``folder``."""
+    base = root / "platform" if folder.startswith("platform/") else root
+    for path in sorted((root / folder).rglob("*.py")):
+        parts = list(path.relative_to(base).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        yield path.relative_to(root).as_posix(), ".".join(parts), path
+
+
+@cache
+def modules(root: Path) -> frozenset[str]:
+    folders = ("gyre_core", "platform/gyre_web", "workers")
+    return frozenset(m for f in folders for _, m, _ in sources(root, f))
+
+
+def imports(path: Path, module: str, known: frozenset[str]) -> Iterator[tuple[int, str]]:
+    """(line, imported module) for each import in ``path``. ``from a import b`` gives
+    ``a.b`` when that names a module of the repository, else ``a``; relative imports are
+    resolved against ``module``'s package."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                yield node.lineno, full if full in known else base
+
+
+def core_violations(root: Path = ROOT) -> list[str]:
+    known = modules(root)
+    return [
+        f"{rel}:{line} imports {name}"
+        for rel, module, path in sources(root, "gyre_core")
+        for line, name in imports(path, module, known)
+        if name.split(".")[0] in CORE_BANNED
+    ]
+
+
+def platform_violations(root: Path = ROOT) -> list[str]:
+    known, allowed = modules(root), SURFACE.keys() | PLATFORM_EXCEPTIONS.keys()
+    out = []
+    for rel, module, path in sources(root, "platform/gyre_web"):
+        for line, name in imports(path, module, known):
+            top = name.split(".")[0]
+            if (top == "gyre_core" and name not in allowed) or (
+                top == "workers" and (rel, name) not in DISPATCH
+            ):
+                out.append(f"{rel}:{line} imports {name}")
+    return out
+
+
+def worker_violations(root: Path = ROOT) -> list[str]:
+    known, allowed = modules(root), SURFACE.keys() | WORKER_EXCEPTIONS.keys()
+    out = []
+    for rel, module, path in sources(root, "workers"):
+        for line, name in imports(path, module, known):
+            parts = name.split(".")
+            if (parts[0] == "gyre_core" and name not in allowed) or (
+                parts[0] == "gyre_web" and (len(parts) != 3 or parts[2] not in PLATFORM_LAYERS)
+            ):
+                out.append(f"{rel}:{line} imports {name}")
+    return out
+
+
+def test_gyre_core_imports_no_web_framework_task_queue_or_platform():
+    assert not (bad := core_violations()), "gyre_core crosses its boundary:\n" + "\n".join(bad)
+
+
+def test_platform_imports_only_the_core_surface_and_no_workers():
+    assert not (bad := platform_violations()), "outside the surface:\n" + "\n".join(bad)
+
+
+def test_workers_import_the_entry_point_and_platform_services():
+    assert not (bad := worker_violations()), "outside the surface:\n" + "\n".join(bad)
+
+
+def test_every_listed_module_exists_and_every_exception_is_still_needed():
+    known = modules(ROOT)
+    listed = SURFACE.keys() | PLATFORM_EXCEPTIONS.keys() | WORKER_EXCEPTIONS.keys()
+    assert not listed - known, "no such module"
+
+    def imported(folder: str) -> set[tuple[str, str]]:
+        return {
+            (rel, name)
+            for rel, module, path in sources(ROOT, folder)
+            for _, name in imports(path, module, known)
+        }
+
+    platform, workers = imported("platform/gyre_web"), imported("workers")
+    assert not PLATFORM_EXCEPTIONS.keys() - {name for _, name in platform}, "no longer used"
+    assert not WORKER_EXCEPTIONS.keys() - {name for _, name in workers}, "no longer used"
+    assert not DISPATCH - platform, "no longer used"
+
+
+def test_a_crossing_is_named_by_file_line_and_import(tmp_path):
+    """The crossings issue 27 found, written again, are each caught and named."""
+    files = {
+        "gyre_core/runtime/leak.py": "def f():\n    from gyre_web.runs import services\n",
+        "gyre_core/events.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    import django.db\n",
+        "platform/gyre_web/cluster/services.py": "from workers.wake import Waker\n",
+        "platform/gyre_web/runs/views.py": "from gyre_core.runtime.calibrate import predict\n"
+        "from gyre_core import events\n",
+        "workers/sink.py": "from gyre_web.runs.consumers import group_name\n"
+        "from gyre_core.runtime.loop import Loop\n",
+        "workers/tasks.py": "from gyre_web.runs import services\nfrom gyre_core.runtime import run_job\n",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    (tmp_path / "platform/gyre_web/runs/services.py").write_text("")
+    assert core_violations(tmp_path) == [
+        "gyre_core/events.py:3 imports django.db",
+        "gyre_core/runtime/leak.py:2 imports gyre_web.runs.services",
+    ]
+    assert platform_violations(tmp_path) == [
+        "platform/gyre_web/cluster/services.py:1 imports workers.wake",
+        "platform/gyre_web/runs/views.py:1 imports gyre_core.runtime.calibrate",
+    ]
+    assert worker_violations(tmp_path) == [
+        "workers/sink.py:1 imports gyre_web.runs.consumers",
+        "workers/sink.py:2 imports gyre_core.runtime.loop",
+    ]
