@@ -72,7 +72,7 @@ def path_key(ordinals: list[int]) -> str:
 
 
 def ids_preview(tokens: Any) -> str:
-    ids = [int(t) for t in tokens[:PREVIEW_TOKENS]]
+    ids = [int(t) for t in np.asarray(tokens[:PREVIEW_TOKENS]).tolist()]
     more = " …" if len(tokens) > PREVIEW_TOKENS else ""
     return "[" + " ".join(map(str, ids)) + more + "]"
 
@@ -120,23 +120,23 @@ def node_specs(tree: PrefixTree, decode: Decode | None) -> list[dict[str, Any]]:
     given, token ids otherwise; storable text either way), ``advantage`` and ``leaves``."""
     specs: list[dict[str, Any]] = []
     ids: dict[int, int] = {}
-    ordinals: dict[int, list[int]] = {id(tree.root): []}
+    keys: dict[int, str] = {id(tree.root): ""}  # a child's key is its parent's plus one level
     stack = [(c, n) for n, c in reversed(list(enumerate(tree.root.children.values())))]
     while stack:
         node, nth = stack.pop()
         parent = node.parent if node.parent is not None else tree.root
-        ordinal = [*ordinals[id(parent)], nth]
-        ordinals[id(node)] = ordinal
+        key = keys[id(parent)] + path_key([nth])
+        keys[id(node)] = key
         ids[id(node)] = len(specs)
         opener = tree.calls[node.opener] if node.opener >= 0 else None
-        head = [int(t) for t in node.tokens[:PREVIEW_TOKENS]]
+        head = [int(t) for t in node.tokens[:PREVIEW_TOKENS].tolist()]
         specs.append(
             {
                 "id": len(specs),
                 "parent": None if parent is tree.root else ids[id(parent)],
                 "kind": opener.kind if opener else "continue",
-                "depth": len(ordinal) - 1,
-                "path_key": path_key(ordinal),
+                "depth": len(key) // KEY_WIDTH - 1,
+                "path_key": key,
                 "token_start": node.start,
                 "token_end": node.end,
                 "trainable": int(node.generated.sum()),
