@@ -9,6 +9,9 @@ tokens. The platform stores the specs and serves the tokens; it does not walk tr
 A path key is the node's child ordinals from the root, each as ``KEY_WIDTH`` base-36
 digits: sorting by it walks the tree depth-first, a node's subtree is the keys that start
 with its key, and the ordinals are positions in ``Node.children``'s own order.
+
+The payload file's reader and writer (``read_rollouts``, ``write_rollouts``) and the types
+they carry are named here too, so that this module is the platform's one door into trees.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ import numpy as np
 
 from gyre_core.config import TrainConfig
 from gyre_core.events import storable_text
-from gyre_core.trajectory.format import Rollout
+from gyre_core.trajectory.format import Rollout, TrajectoryFormatError, read_rollouts
 from gyre_core.trajectory.rewards import AdvantageMode, Weighting
 from gyre_core.trajectory.tree import Node, PrefixTree
+from gyre_core.trajectory.writer import write_rollouts
 
 PREVIEW_TOKENS = 24  # tokens shown in a node's preview
 KEY_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -37,13 +41,18 @@ __all__ = [
     "PREVIEW_TOKENS",
     "Decode",
     "GroupExport",
+    "PrefixTree",
+    "Rollout",
+    "TrajectoryFormatError",
     "Weighting",
     "export_group",
     "node_advantage",
     "node_at",
     "node_tokens",
     "path_key",
+    "read_rollouts",
     "run_weighting",
+    "write_rollouts",
 ]
 
 

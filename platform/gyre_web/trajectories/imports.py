@@ -12,9 +12,15 @@ from typing import IO, Any
 from django.conf import settings
 from django.db import transaction
 
-from gyre_core.trajectory.export import Decode, GroupExport, export_group, run_weighting
-from gyre_core.trajectory.format import Rollout as CoreRollout
-from gyre_core.trajectory.format import TrajectoryFormatError, read_rollouts
+from gyre_core.trajectory.export import (
+    Decode,
+    GroupExport,
+    TrajectoryFormatError,
+    export_group,
+    read_rollouts,
+    run_weighting,
+)
+from gyre_core.trajectory.export import Rollout as CoreRollout
 from gyre_web.trajectories import payloads
 from gyre_web.trajectories.models import Rollout, Tree
 from gyre_web.trajectories.services import rollout_row, store_tree

@@ -12,8 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gyre_core.trajectory.export import node_tokens, run_weighting
-from gyre_core.trajectory.format import TrajectoryFormatError
+from gyre_core.trajectory.export import TrajectoryFormatError, node_tokens, run_weighting
 from gyre_web.runs.models import Run
 from gyre_web.trajectories.models import Tree, TreeNode
 from gyre_web.trajectories.payloads import load_tokenizer, payload_tree, tokenizer_path

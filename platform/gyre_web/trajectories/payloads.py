@@ -25,11 +25,15 @@ from typing import Any
 
 from django.conf import settings
 
-from gyre_core.trajectory.export import Decode, Weighting
-from gyre_core.trajectory.format import Rollout as CoreRollout
-from gyre_core.trajectory.format import TrajectoryFormatError, read_rollouts
-from gyre_core.trajectory.tree import PrefixTree
-from gyre_core.trajectory.writer import write_rollouts
+from gyre_core.trajectory.export import (
+    Decode,
+    PrefixTree,
+    TrajectoryFormatError,
+    Weighting,
+    read_rollouts,
+    write_rollouts,
+)
+from gyre_core.trajectory.export import Rollout as CoreRollout
 
 log = logging.getLogger(__name__)
 TOKENIZER_FILE = "tokenizer.json"

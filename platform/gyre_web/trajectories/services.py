@@ -14,12 +14,13 @@ from gyre_core.trajectory.export import (
     MAX_DEPTH,
     Decode,
     GroupExport,
+    TrajectoryFormatError,
     export_group,
     path_key,
+    read_rollouts,
     run_weighting,
 )
-from gyre_core.trajectory.format import Rollout as CoreRollout
-from gyre_core.trajectory.format import TrajectoryFormatError, read_rollouts
+from gyre_core.trajectory.export import Rollout as CoreRollout
 from gyre_web.runs.models import Run
 from gyre_web.trajectories import payloads
 from gyre_web.trajectories.models import Rollout, Tree, TreeNode
