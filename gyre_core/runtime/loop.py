@@ -36,6 +36,7 @@ from gyre_core.runtime.ray_backend import RayEngine
 from gyre_core.scheduler import batching
 from gyre_core.scheduler.base import Policy, Snapshot
 from gyre_core.trajectory.format import Rollout
+from gyre_core.trajectory.tree import PrefixTree
 
 TICK_S = 0.05
 STOP_CHECK_S = 0.25
@@ -70,13 +71,17 @@ class Counters:
     step_spans: list[tuple[float, float, int]] = field(default_factory=list)
 
 
+# Called after each step with its batch, its metrics and the trees it trained on (weighed).
+OnStep = Callable[[list[Rollout], dict[str, Any], dict[str, PrefixTree]], None]
+
+
 class Loop:
     """One run's state and the actions the policy asks for (see the module docstring)."""
 
     def __init__(self, *, policy: Policy, units: list[UnitSlot], router: Router, trainer: Any,
                  trainer_config: dict[str, Any], sink: ev.EventSink, clock: Callable[[], float],
                  start_session: Callable[[int], Any], total: int, per_step: int, steps: int,
-                 staleness: int, drain_s: float, on_step: Callable[[list[Rollout], dict[str, Any]], None],
+                 staleness: int, drain_s: float, on_step: OnStep,
                  ready: list[Rollout] | None = None, pending: list[int] | None = None,
                  batch_order: str = batching.ARRIVAL) -> None:  # fmt: skip
         self.policy, self.units, self.router, self.trainer = policy, units, router, trainer
@@ -283,7 +288,8 @@ class Loop:
             batch, chosen = [self.ready[p] for p in picked], set(picked)
             self.ready = [r for p, r in enumerate(self.ready) if p not in chosen]
             t0 = time.perf_counter()
-            samples = self.trainer.prepare(batch, version)
+            trees = self.trainer.weigh(batch, version)  # built once: on_step reuses them
+            samples = self.trainer.prepare(batch, version, trees)
             from gyre_core.train.losses import count_fresh
             from gyre_core.train.trainer import shard_by_tokens
 
@@ -328,7 +334,7 @@ class Loop:
             metrics.update(
                 train_s=train_s, dp_width=float(width), weight_sync_s=time.perf_counter() - t1
             )
-            self.on_step(batch, metrics)
+            self.on_step(batch, metrics, trees)
             self.counters.step_spans.append((started, self.clock(), len(replicas)))
         finally:
             self.training = False

@@ -34,6 +34,7 @@ from gyre_core.runtime.threaded_sink import ThreadedSink
 from gyre_core.runtime.timed_router import TimedRouter
 from gyre_core.scheduler.policies import make_policy
 from gyre_core.trajectory.format import Rollout, read_rollouts
+from gyre_core.trajectory.tree import PrefixTree
 from gyre_core.trajectory.writer import write_rollouts
 
 
@@ -129,8 +130,10 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
             f"{losses[-1] if losses else float('nan'):.3f}, "
             f"{factory.warm_start_s:.0f} s" + (" (cached)" if factory.warm_start_cached else ""))  # fmt: skip
 
-    def on_step(batch: list[Rollout], metrics: dict[str, Any]) -> None:
-        factory.step_done(trainer, batch, metrics, loop, ckpt_root)
+    def on_step(
+        batch: list[Rollout], metrics: dict[str, Any], trees: dict[str, PrefixTree]
+    ) -> None:
+        factory.step_done(trainer, batch, metrics, loop, ckpt_root, trees)
 
     loop = Loop(policy=policy, units=slots, router=router, trainer=trainer,
                 trainer_config=factory.trainer_config.to_dict(), sink=sink, clock=clock,

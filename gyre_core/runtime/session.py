@@ -26,7 +26,7 @@ from gyre_core.train.trainer import Behaviour, Trainer, TrainerConfig
 from gyre_core.trajectory.format import Rollout, read_rollouts
 from gyre_core.trajectory.rewards import AdvantageMode
 from gyre_core.trajectory.stats import tree_stats
-from gyre_core.trajectory.tree import build_trees
+from gyre_core.trajectory.tree import PrefixTree, build_trees
 from gyre_core.trajectory.writer import write_rollouts
 
 if TYPE_CHECKING:
@@ -76,6 +76,18 @@ def _task_index(cfg: RunConfig, k: int) -> int:
     return k * len(repo_suite.SIZES) + repo_suite.SIZES.index(cfg.rollout.size)
 
 
+def trainer_config(cfg: RunConfig) -> TrainerConfig:
+    """The trainer's settings of a run (its ``weighting`` is what the tree browser shows)."""
+    t = cfg.train
+    return TrainerConfig(
+        lr=t.lr, max_grad_norm=t.max_grad_norm, clip_low=t.clip_low, clip_high=t.clip_high,
+        kl_coef=t.kl_coef, max_tokens=t.max_tokens, normalise_std=t.normalise_std,
+        advantage_mode=cast("AdvantageMode", t.advantage_mode),
+        behaviour=cast("Behaviour", t.behaviour),
+        staleness_bound=cfg.scheduler.staleness_bound, seed=cfg.seed,
+    )  # fmt: skip
+
+
 class SessionFactory:
     def __init__(self, cfg: RunConfig, model_dir: Path, sink: ev.EventSink,
                  clock: Callable[[], float]) -> None:  # fmt: skip
@@ -89,14 +101,7 @@ class SessionFactory:
             time_budget_s=r.time_budget_s or None, token_budget=r.token_budget,
             tool_time_scale=r.tool_time_scale,
         )  # fmt: skip
-        t = cfg.train
-        self.trainer_config = TrainerConfig(
-            lr=t.lr, max_grad_norm=t.max_grad_norm, clip_low=t.clip_low, clip_high=t.clip_high,
-            kl_coef=t.kl_coef, max_tokens=t.max_tokens, normalise_std=t.normalise_std,
-            advantage_mode=cast("AdvantageMode", t.advantage_mode),
-            behaviour=cast("Behaviour", t.behaviour),
-            staleness_bound=cfg.scheduler.staleness_bound, seed=cfg.seed,
-        )  # fmt: skip
+        self.trainer_config = trainer_config(cfg)
         self.migrations = 0
         self.rollouts_done = 0
         self.tokens_per_call = 0
@@ -304,13 +309,17 @@ class SessionFactory:
     # ------------------------------------------------------------------ steps
 
     def step_done(self, trainer: Trainer, batch: list[Rollout], metrics: dict[str, Any],
-                  loop: Loop, ckpt_root: Path) -> None:  # fmt: skip
-        trees = build_trees(batch)
+                  loop: Loop, ckpt_root: Path,
+                  trees: dict[str, PrefixTree] | None = None) -> None:  # fmt: skip
+        """A step's books and events. ``trees``: the step's trees as the trainer built them
+        (the loop hands them on), else built here."""
+        if trees is None:
+            trees = build_trees(batch)
         stats = tree_stats(trees.values())
         self.tokens_per_call += stats["tokens_per_call"]
         self.tokens_unique += stats["tokens_unique"]
-        for gid, tree in trees.items():
-            one = tree_stats([tree])
+        for gid in dict.fromkeys(r.group_id for r in batch):  # the batch's order of groups
+            one = tree_stats([trees[gid]])
             self.sink.emit(ev.TreeReady(t=self.clock(), group_id=gid, rollouts=one["rollouts"],
                                         tokens_unique=one["tokens_unique"],
                                         tokens_per_call=one["tokens_per_call"],

@@ -45,9 +45,9 @@ from gyre_core.train.losses import (
 from gyre_core.train.tree_attention import Impl, token_logprobs, tree_forward
 from gyre_core.trajectory.format import Rollout
 from gyre_core.trajectory.pack import pack_trees
-from gyre_core.trajectory.rewards import ADVANTAGE_MODES, AdvantageMode, assign_weights
+from gyre_core.trajectory.rewards import ADVANTAGE_MODES, AdvantageMode, Weighting
 from gyre_core.trajectory.sample import PackedSample
-from gyre_core.trajectory.tree import build_trees
+from gyre_core.trajectory.tree import PrefixTree
 
 WEIGHTS_FILE = "model.safetensors"
 Behaviour = Literal["recorded", "trainer"]
@@ -122,6 +122,11 @@ class TrainerConfig:
             raise bad("attention", f"one of {', '.join(get_args(Impl))}")
 
     @property
+    def weighting(self) -> Weighting:
+        """How this trainer turns rewards into token weights (the tree browser's too)."""
+        return Weighting(self.advantage_mode, self.normalise_std)
+
+    @property
     def loss_settings(self) -> LossSettings:
         return LossSettings(self.clip_low, self.clip_high, self.ratio_cap, self.kl_coef)
 
@@ -193,10 +198,25 @@ class Trainer:
 
     # ------------------------------------------------------------------ data
 
-    def prepare(self, rollouts: Iterable[Rollout], current_version: int) -> list[PackedSample]:
+    def prepare(
+        self,
+        rollouts: Iterable[Rollout],
+        current_version: int,
+        trees: dict[str, PrefixTree] | None = None,
+    ) -> list[PackedSample]:
         """Trees per group -> advantages as token weights -> samples of <= max_tokens.
 
-        Stale tokens stay in the samples (the loss drops and counts them); a token newer
+        ``trees``: what ``weigh`` made of these rollouts, when the caller keeps them (the
+        runtime reuses a step's trees for its ``tree_ready`` figures)."""
+        if trees is None:
+            trees = self.weigh(rollouts, current_version)
+        return pack_trees(trees.values(), self.config.max_tokens)
+
+    def weigh(self, rollouts: Iterable[Rollout], current_version: int) -> dict[str, PrefixTree]:
+        """The rollouts' trees, one per group in group id order, weighted as this trainer
+        trains them (``config.weighting``).
+
+        Stale tokens stay in the trees (the loss drops and counts them); a token newer
         than ``current_version`` means the caller mixed up versions, and is refused."""
         # A canonical order: the same set of rollouts gives the same samples, bit for bit.
         rollouts = sorted(rollouts, key=lambda r: (r.group_id, r.rollout_id))
@@ -209,12 +229,7 @@ class Trainer:
                         f"rollout {r.rollout_id!r} call {c.call_id!r} has tokens of version "
                         f"{int(c.versions.max())}, newer than the current version {current_version}"
                     )
-        trees = list(build_trees(rollouts).values())
-        for t in trees:
-            assign_weights(
-                t, mode=self.config.advantage_mode, normalise_std=self.config.normalise_std
-            )
-        return pack_trees(trees, self.config.max_tokens)
+        return self.config.weighting.trees(rollouts)
 
     # ------------------------------------------------------------------ gradients
 

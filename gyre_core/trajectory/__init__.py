@@ -3,7 +3,9 @@
 Pipeline: :func:`read_rollouts` (validated ``gyre.trajectory/v1``) ->
 :func:`build_trees` (one compressed prefix tree per group) -> :func:`assign_weights`
 (group-relative advantages as per-token loss weights) -> :func:`pack_trees`
-(samples of at most ``max_tokens`` tokens with tree-attention structure).
+(samples of at most ``max_tokens`` tokens with tree-attention structure). A run's
+:class:`Weighting` (advantage mode, std normalisation) is what its trainer weighs with;
+``gyre_core.trajectory.export`` makes what the tree browser shows, weighed the same way.
 """
 
 from gyre_core.trajectory.format import (
@@ -15,7 +17,7 @@ from gyre_core.trajectory.format import (
     read_rollouts,
 )
 from gyre_core.trajectory.pack import PathTooLongError, pack_trees
-from gyre_core.trajectory.rewards import assign_weights, group_advantages
+from gyre_core.trajectory.rewards import Weighting, assign_weights, group_advantages
 from gyre_core.trajectory.sample import PackedSample
 from gyre_core.trajectory.stats import tree_stats
 from gyre_core.trajectory.tree import PrefixTree, build_trees
@@ -30,6 +32,7 @@ __all__ = [
     "PrefixTree",
     "Rollout",
     "TrajectoryFormatError",
+    "Weighting",
     "assign_weights",
     "build_trees",
     "group_advantages",

@@ -21,11 +21,14 @@ Loss weight of a generated position ``p``, over the rollouts ``R(p)`` that gener
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from gyre_core.trajectory.tree import Node, PrefixTree
+from gyre_core.trajectory.format import Rollout
+from gyre_core.trajectory.tree import Node, PrefixTree, build_trees
 
 AdvantageMode = Literal["once", "per_path"]
 ADVANTAGE_MODES: tuple[AdvantageMode, ...] = ("once", "per_path")
@@ -112,6 +115,31 @@ def assign_weights(
             node.weight[off:nxt] = w
         node.weight[~node.generated] = 0.0
     return [float(a) for a in adv]
+
+
+@dataclass(frozen=True, slots=True)
+class Weighting:
+    """How rewards become loss weights: the advantage mode and the std normalisation. The
+    trainer weighs its trees with its config's ``weighting``, and the tree browser shows a
+    run's trees weighed with the same (``gyre_core.trajectory.export.run_weighting``)."""
+
+    mode: AdvantageMode = "once"
+    normalise_std: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode not in ADVANTAGE_MODES:
+            raise ValueError(f"advantage mode must be one of {ADVANTAGE_MODES}, got {self.mode!r}")
+
+    def apply(self, tree: PrefixTree) -> list[float]:
+        """``assign_weights`` with this mode and normalisation -> the rollouts' advantages."""
+        return assign_weights(tree, mode=self.mode, normalise_std=self.normalise_std)
+
+    def trees(self, rollouts: Iterable[Rollout]) -> dict[str, PrefixTree]:
+        """One tree per group (``build_trees``), its loss weights set."""
+        trees = build_trees(rollouts)
+        for tree in trees.values():
+            self.apply(tree)
+        return trees
 
 
 def _branches_through(tree: PrefixTree) -> dict[Node, dict[int, int]]:

@@ -12,8 +12,7 @@ from django.contrib.auth import get_user_model
 from gyre_web.runs import services
 from gyre_web.teams.services import create_team, set_membership
 from gyre_web.trajectories.imports import import_trajectories
-from gyre_web.trajectories.node_tokens import TOKENIZER_FILE, run_decoder
-from gyre_web.trajectories.payloads import payload_folder
+from gyre_web.trajectories.payloads import TOKENIZER_FILE, payload_folder, run_decoder
 from gyre_web.trajectories.services import create_tree
 from tokenizers import Tokenizer, decoders
 from tokenizers.models import WordLevel

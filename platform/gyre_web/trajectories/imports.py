@@ -12,11 +12,18 @@ from typing import IO, Any
 from django.conf import settings
 from django.db import transaction
 
-from gyre_core.trajectory.format import Rollout as CoreRollout
-from gyre_core.trajectory.format import TrajectoryFormatError, read_rollouts
-from gyre_core.trajectory.tree import build_trees
+from gyre_core.trajectory.export import (
+    Decode,
+    GroupExport,
+    TrajectoryFormatError,
+    export_group,
+    read_rollouts,
+    run_weighting,
+)
+from gyre_core.trajectory.export import Rollout as CoreRollout
+from gyre_web.trajectories import payloads
 from gyre_web.trajectories.models import Rollout, Tree
-from gyre_web.trajectories.payloads import Decode, rollout_row, store_tree
+from gyre_web.trajectories.services import rollout_row, store_tree
 
 
 class ImportRejected(ValueError):
@@ -81,11 +88,18 @@ def _import_file(run: Any, path: Path, decode: Decode | None) -> dict[str, int]:
     if known or known_groups:
         dup = sorted(known) or sorted(known_groups)
         raise ImportRejected(f"already imported into this run: {dup[:5]}", field="rollout_id")
-    trees = build_trees(rollouts)
+    weighting = run_weighting(run.config or {})
+    exports: dict[str, GroupExport] = {}
+    for group_id in dict.fromkeys(r.group_id for r in rollouts):
+        export = export_group(rollouts, group_id, weighting, decode)
+        if export is not None:
+            exports[group_id] = export
     with transaction.atomic():
         Rollout.objects.bulk_create([rollout_row(run.pk, r, path) for r in rollouts])
         nodes = 0
-        for group_id, tree in trees.items():
+        for group_id, export in exports.items():
             row = Tree.objects.create(run_id=run.pk, group_id=group_id)
-            nodes += len(store_tree(tree_row=row, tree=tree, payload=path, decode=decode))
-    return {"rollouts": len(rollouts), "trees": len(trees), "nodes": nodes}
+            nodes += store_tree(tree_row=row, export=export, payload=path)
+    for group_id, export in exports.items():
+        payloads.remember_tree(path, group_id, weighting, export.tree)
+    return {"rollouts": len(rollouts), "trees": len(exports), "nodes": nodes}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
+from gyre_core.trajectory.export import KEY_WIDTH
 from gyre_web.trajectories.models import TreeNode
-from gyre_web.trajectories.services import KEY_WIDTH
 
 
 def children(*, tree_id: int, parent_id: int | None) -> QuerySet[TreeNode]:

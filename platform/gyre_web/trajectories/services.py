@@ -1,13 +1,31 @@
-"""Writes for rollouts and trees, derived from the run's events (idempotent: a replayed
-event updates the same row, never a duplicate)."""
+"""Writes for rollouts and trees, derived from the run's events and its payload files
+(idempotent: a replayed event updates the same row, never a duplicate). A tree's node rows
+are ``gyre_core.trajectory.export``'s specs, weighed as the run's trainer weighs."""
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
 from typing import Any
 
 from django.db import transaction
 
+from gyre_core.trajectory.export import (
+    MAX_DEPTH,
+    Decode,
+    GroupExport,
+    TrajectoryFormatError,
+    export_group,
+    path_key,
+    read_rollouts,
+    run_weighting,
+)
+from gyre_core.trajectory.export import Rollout as CoreRollout
+from gyre_web.runs.models import Run
+from gyre_web.trajectories import payloads
 from gyre_web.trajectories.models import Rollout, Tree, TreeNode
+
+log = logging.getLogger(__name__)
 
 
 def _rollout_fields(e: dict[str, Any]) -> dict[str, Any]:
@@ -54,8 +72,6 @@ def record_rollout_events(*, run_id: int, events: list[dict[str, Any]]) -> None:
         _upsert_rollouts(run_id, changes)
     written = [e for e in events if e["kind"] == "rollouts_written"]
     if written:  # after the rows above exist, so the payload merges into them
-        from gyre_web.trajectories.payloads import record_rollouts_written
-
         for e in written:
             record_rollouts_written(run_id=run_id, path=str(e["data"]["path"]))
 
@@ -97,26 +113,6 @@ def _upsert_rollouts(run_id: int, changes: dict[str, dict[str, Any]]) -> None:
         unique_fields=["run", "rollout_id"],
         update_fields=sorted(touched),
     )
-
-
-KEY_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
-KEY_WIDTH = 3  # base-36 digits per level: up to 46,656 children under one node
-MAX_DEPTH = 800  # levels that fit the path_key column (KEY_WIDTH characters each)
-
-
-def path_key(ordinals: list[int]) -> str:
-    """Fixed-width base-36 child ordinals, concatenated: sorting by the key walks the tree
-    depth-first, and a node's subtree is the keys that start with its key."""
-    out = []
-    for n in ordinals:
-        if not 0 <= n < 36**KEY_WIDTH:
-            raise ValueError(f"a node has more than {36**KEY_WIDTH} children")
-        digits = ""
-        for _ in range(KEY_WIDTH):
-            n, r = divmod(n, 36)
-            digits = KEY_DIGITS[r] + digits
-        out.append(digits)
-    return "".join(out)
 
 
 @transaction.atomic
@@ -181,3 +177,102 @@ def store_nodes(*, tree: Tree, nodes: list[dict[str, Any]]) -> None:
     tree.depth = max((len(o) - 1 for o in ordinals.values()), default=0)
     tree.branch_counts = branch_counts
     tree.save(update_fields=["nodes", "depth", "branch_counts"])
+
+
+# --------------------------------------------------------------------------- payloads
+
+
+def rollout_row(run_id: int, r: CoreRollout, path: Path) -> Rollout:
+    versions = [int(v) for c in r.calls for v in c.versions]
+    return Rollout(
+        run_id=run_id,
+        rollout_id=r.rollout_id,
+        task_id=r.task_id,
+        group_id=r.group_id,
+        status=r.status,
+        progress=r.progress,
+        reward=r.score,
+        turns=sum(1 for c in r.calls if c.agent == "main"),
+        tokens=sum(len(c.completion_ids) for c in r.calls),
+        version_min=min(versions) if versions else None,
+        version_max=max(versions) if versions else None,
+        payload_path=str(path),
+    )
+
+
+def store_tree(*, tree_row: Tree, export: GroupExport, payload: Path) -> int:
+    """(Re)write a Tree row's nodes and counts from its group's export; -> nodes stored."""
+    store_nodes(tree=tree_row, nodes=export.nodes)
+    tree_row.rollouts = export.rollouts
+    tree_row.tokens_unique = export.tokens_unique
+    tree_row.tokens_per_call = export.tokens_per_call
+    tree_row.payload_path = str(payload)
+    tree_row.save(update_fields=["rollouts", "tokens_unique", "tokens_per_call", "payload_path"])
+    return len(export.nodes)
+
+
+@transaction.atomic
+def record_rollouts_written(
+    *, run_id: int, path: str, decode: Decode | None = None
+) -> dict[str, int]:
+    """Import a live run's step file into its rows, idempotently: rollouts the events made
+    get their ``payload_path`` (the first payload of a rollout wins), missing ones are
+    created; a group's tree is built once, and rebuilt (from its stored payload plus the
+    new rollouts) only when a later step brings rollouts of that group it lacks.
+    An unreadable file is logged and skipped: it must not fail the run. -> counts."""
+    source = Path(path)
+    try:
+        stored = payloads.keep_copy(run_id, source)
+        rollouts = list(read_rollouts(stored))
+    except (OSError, TrajectoryFormatError) as err:
+        log.warning("run %s: payload %s not imported: %s", run_id, path, err)
+        return {"rollouts": 0, "trees": 0, "nodes": 0}
+    if decode is None:
+        payloads.save_tokenizer(run_id=run_id)
+        decode = payloads.run_decoder(run_id=run_id)
+    config = Run.objects.filter(pk=run_id).values_list("config", flat=True).first()
+    weighting = run_weighting(config or {})
+    known = {
+        r.rollout_id: r
+        for r in Rollout.objects.select_for_update().filter(
+            run_id=run_id, rollout_id__in=[r.rollout_id for r in rollouts]
+        )
+    }
+    fresh = [rollout_row(run_id, r, stored) for r in rollouts if r.rollout_id not in known]
+    Rollout.objects.bulk_create(fresh, ignore_conflicts=True)
+    for r in rollouts:
+        row = known.get(r.rollout_id)
+        if row is not None and not row.payload_path:
+            row.payload_path = str(stored)
+            row.task_id = row.task_id or r.task_id
+            row.group_id = row.group_id or r.group_id
+            row.save(update_fields=["payload_path", "task_id", "group_id"])
+    trees = nodes = 0
+    by_group: dict[str, list[CoreRollout]] = {}
+    for r in rollouts:
+        by_group.setdefault(r.group_id, []).append(r)
+    for group_id, members in by_group.items():
+        tree_row, _ = Tree.objects.select_for_update().get_or_create(
+            run_id=run_id, group_id=group_id
+        )
+        payload, group = stored, members
+        if tree_row.payload_path:
+            before = payloads.group_rollouts(Path(tree_row.payload_path), group_id)
+            seen = {r.rollout_id for r in before}
+            new = [r for r in members if r.rollout_id not in seen]
+            if not new:
+                continue  # a redelivery, or a rerun of rollouts the tree already holds
+            group = before + new
+            payload = payloads.write_group(run_id, group_id, group)
+        export = export_group(group, group_id, weighting, decode)
+        if export is None:
+            continue
+        try:
+            with transaction.atomic():  # a tree the rows cannot hold must not fail the run
+                nodes += store_tree(tree_row=tree_row, export=export, payload=payload)
+        except ValueError as err:
+            log.warning("run %s: tree %s not stored: %s", run_id, group_id, err)
+            continue
+        payloads.remember_tree(payload, group_id, weighting, export.tree)
+        trees += 1
+    return {"rollouts": len(fresh), "trees": trees, "nodes": nodes}
