@@ -76,6 +76,29 @@ class SchedulerConfig:
                           "would (waits for its slowest; runs repeat closer)",
                           choices=("arrival", "index"))  # fmt: skip
 
+    # Elastic's knobs: gyre_core.scheduler.policies.Elastic reads them (docs/sim-results.md).
+    elastic_fill: float = _f(
+        0.4,
+        "elastic only: share of an engine's sequence cap the sessions are sized for (more "
+        "packs them onto fewer engines and trains on the rest)",
+        min=0.05,
+        max=1.0,
+    )
+    elastic_train_share: float = _f(
+        0.5,
+        "elastic only: share of the units that train whenever a batch is ready (at least "
+        "one unit trains and one serves)",
+        min=0.0,
+        max=1.0,
+    )
+    elastic_return_below: float = _f(
+        0.5,
+        "elastic only: training units beyond that share go back to rollout while less than "
+        "this share of a batch is ready",
+        min=0.0,
+        max=1.0,
+    )
+
 
 @dataclass(slots=True)
 class RolloutConfig:

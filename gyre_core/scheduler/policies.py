@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gyre_core.cluster import ROLLOUT, TRAIN
+from gyre_core.cluster import ROLLOUT, TRAIN, async_split
+from gyre_core.config import SchedulerConfig
 from gyre_core.scheduler.base import Decision, Policy, Snapshot, can_train, idle_rollout_units
 
 
@@ -49,14 +50,13 @@ class Async:
     name: str = "async"
 
     def initial_roles(self, units: int) -> list[str]:
-        if self.rollout_units < 1 or self.train_units < 1:
+        r, t = self.rollout_units, self.train_units
+        if r < 1 or t < 1:
+            raise ValueError(f"async: rollout_units {r} and train_units {t}: each needs >= 1")
+        if r + t != units:
             raise ValueError(
-                f"--split {self.rollout_units}:{self.train_units}: each side needs >= 1 unit"
-            )
-        if self.rollout_units + self.train_units != units:
-            raise ValueError(
-                f"--split {self.rollout_units}:{self.train_units} does not add up to the "
-                f"cluster's {units} units"
+                f"async: rollout_units {r} + train_units {t} = {r + t} does not add up to "
+                f"the cluster's {units} units"
             )
         return [ROLLOUT] * self.rollout_units + [TRAIN] * self.train_units
 
@@ -90,6 +90,9 @@ class Elastic:
       ``n`` units takes ``tokens / (n * rate)``; waiting ``switch_s`` for more must save
       more than it costs).
 
+    A run sets ``fill``, ``train_share`` and ``return_below`` with the config's
+    ``scheduler.elastic_*`` fields (:func:`policy_for`).
+
     Tried and dropped (docs/sim-results.md): learning the share online from step timing
     and backlog (on waves of rollouts that finish together it overshot); returning units
     below the base share; packing engines fuller (``fill`` 0.75 or 1).
@@ -111,11 +114,8 @@ class Elastic:
         if self.min_rollout < 1 or self.min_rollout + max(self.min_train, 1) > units:
             raise ValueError(f"elastic: min_rollout={self.min_rollout}, min_train={self.min_train} "
                              f"do not fit {units} units")  # fmt: skip
-        n_train = (
-            max(self.min_train, int(units * self.train_share))
-            if self.start_split
-            else self.min_train
-        )
+        share = max(self.min_train, int(units * self.train_share))
+        n_train = min(units - self.min_rollout, share) if self.start_split else self.min_train
         return [TRAIN] * n_train + [ROLLOUT] * (units - n_train)
 
     def _engines(self, s: Snapshot, sessions: int) -> int:
@@ -167,16 +167,26 @@ class Elastic:
 
 
 def make_policy(name: str, units: int, split: tuple[int, int] | None = None) -> Policy:
+    """Policy ``name`` with its defaults; ``split``: async's (rollout, train) units."""
     if name == "colocate":
         return Colocate()
     if name == "elastic":
         return Elastic()
     if name == "async":
-        if split is None:
-            r = max(1, units // 2)
-            split = (r, units - r)
-        return Async(*split)
+        return Async(*(split or async_split(units)))
     raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICIES)}")
+
+
+def policy_for(cfg: SchedulerConfig, units: int) -> Policy:
+    """The policy a run's scheduler section configures, over ``units`` (the runtime's, the
+    simulator's and calibration's one way from a config to a policy)."""
+    if cfg.policy == "elastic":
+        return Elastic(
+            fill=cfg.elastic_fill,
+            train_share=cfg.elastic_train_share,
+            return_below=cfg.elastic_return_below,
+        )
+    return make_policy(cfg.policy, units, async_split(units, cfg.rollout_units))
 
 
 POLICIES = ("colocate", "async", "elastic")
