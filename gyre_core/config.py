@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from gyre_core.jsonl import JsonBoundsError, loads
+from gyre_core.scheduler.policies import POLICIES, Elastic
 from gyre_core.sim.costs import CostModel
 
 
@@ -64,7 +65,7 @@ class ClusterConfig:
 @dataclass(slots=True)
 class SchedulerConfig:
     policy: str = _f("elastic", "how units share rollout and training",
-                     choices=("colocate", "async", "elastic"))  # fmt: skip
+                     choices=tuple(POLICIES))  # fmt: skip
     rollout_units: int = _f(0, "async only: fixed rollout units (0 = half the cluster)", min=0)
     staleness_bound: int = _f(2, "train on tokens at most this many versions old", min=0)
     switch_mode: str = _f("migrate", "how a unit leaves rollout: keep tokens or restart",
@@ -76,23 +77,23 @@ class SchedulerConfig:
                           "would (waits for its slowest; runs repeat closer)",
                           choices=("arrival", "index"))  # fmt: skip
 
-    # Elastic's knobs: gyre_core.scheduler.policies.Elastic reads them (docs/sim-results.md).
+    # Elastic's knobs; their defaults are Elastic's own (docs/sim-results.md).
     elastic_fill: float = _f(
-        0.4,
+        Elastic.fill,
         "elastic only: share of an engine's sequence cap the sessions are sized for (more "
         "packs them onto fewer engines and trains on the rest)",
         min=0.05,
         max=1.0,
     )
     elastic_train_share: float = _f(
-        0.5,
+        Elastic.train_share,
         "elastic only: share of the units that train whenever a batch is ready (at least "
         "one unit trains and one serves)",
         min=0.0,
         max=1.0,
     )
     elastic_return_below: float = _f(
-        0.5,
+        Elastic.return_below,
         "elastic only: training units beyond that share go back to rollout while less than "
         "this share of a batch is ready",
         min=0.0,

@@ -1,17 +1,22 @@
 """The three scheduling policies: ``colocate``, ``async`` (fixed split) and ``elastic``.
 
 All three read the same :class:`Snapshot` and admit rollouts under the same staleness
-rule (colocate is on-policy: it admits one batch at a time). Registry: :data:`POLICIES`.
+rule (colocate is on-policy: it admits one batch at a time). Registry: :data:`POLICIES`
+(:func:`register_policy`); the config's ``scheduler.policy`` choices are its names.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gyre_core.cluster import ROLLOUT, TRAIN, async_split
-from gyre_core.config import SchedulerConfig
 from gyre_core.scheduler.base import Decision, Policy, Snapshot, can_train, idle_rollout_units
+
+if TYPE_CHECKING:  # the config takes its policy choices and elastic defaults from here
+    from gyre_core.config import SchedulerConfig
 
 
 class Colocate:
@@ -166,27 +171,58 @@ class Elastic:
         return tokens / (now * s.train_tok_s) <= s.switch_s + tokens / (coming * s.train_tok_s)
 
 
+# A policy factory: (units, the run's scheduler section or None for the defaults) -> policy.
+PolicyFactory = Callable[[int, "SchedulerConfig | None"], Policy]
+POLICIES: dict[str, PolicyFactory] = {}
+
+
+def register_policy(name: str) -> Callable[[PolicyFactory], PolicyFactory]:
+    def add(factory: PolicyFactory) -> PolicyFactory:
+        if name in POLICIES:
+            raise ValueError(f"a policy named {name!r} is already registered")
+        POLICIES[name] = factory
+        return factory
+
+    return add
+
+
+@register_policy("colocate")
+def _colocate(units: int, cfg: SchedulerConfig | None) -> Policy:
+    return Colocate()
+
+
+@register_policy("async")
+def _async(units: int, cfg: SchedulerConfig | None) -> Policy:
+    return Async(*async_split(units, cfg.rollout_units if cfg else 0))
+
+
+@register_policy("elastic")
+def _elastic(units: int, cfg: SchedulerConfig | None) -> Policy:
+    if cfg is None:
+        return Elastic()
+    return Elastic(
+        fill=cfg.elastic_fill,
+        train_share=cfg.elastic_train_share,
+        return_below=cfg.elastic_return_below,
+    )
+
+
+def _factory(name: str) -> PolicyFactory:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        known = ", ".join(POLICIES)
+        raise ValueError(f"unknown policy {name!r}; expected one of {known}") from None
+
+
 def make_policy(name: str, units: int, split: tuple[int, int] | None = None) -> Policy:
     """Policy ``name`` with its defaults; ``split``: async's (rollout, train) units."""
-    if name == "colocate":
-        return Colocate()
-    if name == "elastic":
-        return Elastic()
-    if name == "async":
-        return Async(*(split or async_split(units)))
-    raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICIES)}")
+    if split is not None and name == "async":
+        return Async(*split)
+    return _factory(name)(units, None)
 
 
 def policy_for(cfg: SchedulerConfig, units: int) -> Policy:
     """The policy a run's scheduler section configures, over ``units`` (the runtime's, the
     simulator's and calibration's one way from a config to a policy)."""
-    if cfg.policy == "elastic":
-        return Elastic(
-            fill=cfg.elastic_fill,
-            train_share=cfg.elastic_train_share,
-            return_below=cfg.elastic_return_below,
-        )
-    return make_policy(cfg.policy, units, async_split(units, cfg.rollout_units))
-
-
-POLICIES = ("colocate", "async", "elastic")
+    return _factory(cfg.policy)(units, cfg)

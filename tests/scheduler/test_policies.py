@@ -7,9 +7,17 @@ from dataclasses import replace
 import pytest
 
 from gyre_core.cluster import ROLLOUT, SWITCHING, TRAIN, Cluster, ClusterError
-from gyre_core.config import RunConfig
+from gyre_core.config import RunConfig, config_schema
 from gyre_core.scheduler.base import Snapshot
-from gyre_core.scheduler.policies import Async, Colocate, Elastic, make_policy, policy_for
+from gyre_core.scheduler.policies import (
+    POLICIES,
+    Async,
+    Colocate,
+    Elastic,
+    make_policy,
+    policy_for,
+    register_policy,
+)
 
 B = 8
 
@@ -127,8 +135,11 @@ def test_elastic_keeps_engines_for_the_sessions_the_backlog_will_admit() -> None
 
 def test_registry_and_clusters() -> None:
     assert make_policy("async", 8).initial_roles(8) == [ROLLOUT] * 4 + [TRAIN] * 4
-    with pytest.raises(ValueError, match="unknown policy"):
+    with pytest.raises(ValueError, match="unknown policy 'greedy'; expected one of colocate"):
         make_policy("greedy", 8)
+    assert list(POLICIES) == config_schema()["scheduler.policy"]["choices"]  # one list
+    with pytest.raises(ValueError, match="already registered"):
+        register_policy("elastic")(lambda units, cfg: Elastic())
     assert Cluster(1000, 8).counts()["idle"] == 125
     with pytest.raises(ClusterError, match="do not divide"):
         Cluster(12, 8)
