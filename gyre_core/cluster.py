@@ -16,6 +16,13 @@ class ClusterError(ValueError):
     pass
 
 
+def async_split(units: int, rollout_units: int = 0) -> tuple[int, int]:
+    """The fixed split of ``units`` under policy async: ``(rollout, train)`` units, with
+    ``rollout_units`` serving (0 = half the cluster, at least one) and the rest training."""
+    rollout = rollout_units or max(1, units // 2)
+    return rollout, units - rollout
+
+
 @dataclass(frozen=True, slots=True)
 class Unit:
     id: int

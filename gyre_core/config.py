@@ -22,6 +22,8 @@ from typing import Any
 import yaml
 
 from gyre_core.jsonl import JsonBoundsError, loads
+from gyre_core.scheduler.policies import POLICIES, Elastic
+from gyre_core.sim.costs import CostModel
 
 
 class ConfigError(ValueError):
@@ -39,6 +41,7 @@ INT_MAX = 2**31 - 1
 FLOAT_MAX = 1e12
 STR_MAX = 500  # a path or a URL; the run's name has its own, shorter, bound
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+SIM_GPUS_PER_UNIT = CostModel().gpus_per_unit  # a simulated run's unit (backend: sim)
 
 
 def _f(default: Any, help: str, **rules: Any) -> Any:
@@ -62,7 +65,7 @@ class ClusterConfig:
 @dataclass(slots=True)
 class SchedulerConfig:
     policy: str = _f("elastic", "how units share rollout and training",
-                     choices=("colocate", "async", "elastic"))  # fmt: skip
+                     choices=tuple(POLICIES))  # fmt: skip
     rollout_units: int = _f(0, "async only: fixed rollout units (0 = half the cluster)", min=0)
     staleness_bound: int = _f(2, "train on tokens at most this many versions old", min=0)
     switch_mode: str = _f("migrate", "how a unit leaves rollout: keep tokens or restart",
@@ -73,6 +76,29 @@ class SchedulerConfig:
                           "first to finish; 'index' = the step's own tasks, as colocate "
                           "would (waits for its slowest; runs repeat closer)",
                           choices=("arrival", "index"))  # fmt: skip
+
+    # Elastic's knobs; their defaults are Elastic's own (docs/sim-results.md).
+    elastic_fill: float = _f(
+        Elastic.fill,
+        "elastic only: share of an engine's sequence cap the sessions are sized for (more "
+        "packs them onto fewer engines and trains on the rest)",
+        min=0.05,
+        max=1.0,
+    )
+    elastic_train_share: float = _f(
+        Elastic.train_share,
+        "elastic only: share of the units that train whenever a batch is ready (at least "
+        "one unit trains and one serves)",
+        min=0.0,
+        max=1.0,
+    )
+    elastic_return_below: float = _f(
+        Elastic.return_below,
+        "elastic only: training units beyond that share go back to rollout while less than "
+        "this share of a batch is ready",
+        min=0.0,
+        max=1.0,
+    )
 
 
 @dataclass(slots=True)
@@ -304,17 +330,45 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def scheduled_units(cfg: RunConfig) -> int:
+    """The units the run's policy schedules: ``cluster.units`` on a real run; on a simulated
+    one ``sim.gpus`` cut into the simulated cost model's units."""
+    if cfg.backend == "sim":
+        return cfg.sim.gpus // SIM_GPUS_PER_UNIT
+    return cfg.cluster.units
+
+
 def _cross_checks(cfg: RunConfig) -> list[tuple[str, str]]:
+    """Rules between fields, each reported on the field to change: what the runtime would
+    refuse about a config's values is refused here, before a run is queued."""
     errors = []
     s = cfg.scheduler
+    if cfg.backend == "sim":
+        g, unit = cfg.sim.gpus, SIM_GPUS_PER_UNIT
+        if g % unit or g < 2 * unit:
+            problem = f"must be a multiple of {unit} (a simulated unit), at least {2 * unit}"
+            errors.append(("sim.gpus", f"{problem}, got {g}"))
+        if cfg.sim.rollouts < cfg.sim.rollouts_per_step:
+            errors.append(("sim.rollouts", "fewer than one step of sim.rollouts_per_step"))
+        group, per_step = cfg.rollout.group_size, cfg.sim.rollouts_per_step
+        if group < per_step and per_step % group:
+            problem = f"must be a multiple of rollout.group_size ({group})"
+            errors.append(("sim.rollouts_per_step", f"{problem}, got {per_step}"))
+    units = scheduled_units(cfg)
     if s.rollout_units and s.policy != "async":
         errors.append(("scheduler.rollout_units", f"applies to policy async only, not {s.policy}"))
-    if s.rollout_units >= cfg.cluster.units:
-        errors.append(
-            ("scheduler.rollout_units", f"must leave >= 1 of {cfg.cluster.units} units to train")
-        )
-    if cfg.backend == "sim" and cfg.sim.rollouts < cfg.sim.rollouts_per_step:
-        errors.append(("sim.rollouts", "fewer than one step of sim.rollouts_per_step"))
+    if units >= 2 and s.rollout_units >= units:
+        errors.append(("scheduler.rollout_units", f"must leave >= 1 of {units} units to train"))
+    m = cfg.model
+    heads = max(1, m.hidden_size // 32)  # the tiny model's query heads (session.py)
+    if not m.checkpoint and heads % m.kv_heads:
+        problem = f"must divide the tiny model's query heads (model.hidden_size // 32 = {heads})"
+        errors.append(("model.kv_heads", f"{problem}, got {m.kv_heads}"))
+    t = cfg.train
+    demos = t.warm_start_steps and not t.warm_start_from
+    if demos and t.warm_start_skip_check and cfg.rollout.suite != "repo":
+        problem = "needs rollout.suite repo (whose components end in a check)"
+        errors.append(("train.warm_start_skip_check", f"{problem}, not {cfg.rollout.suite}"))
     return errors
 
 

@@ -24,6 +24,63 @@ def test_cross_field_rules() -> None:
     assert cfg.policy == "async" and cfg.scheduler.rollout_units == 2
 
 
+@pytest.mark.parametrize(
+    ("changes", "path", "problem"),
+    [
+        ({"model": {"hidden_size": 128, "kv_heads": 3}}, "model.kv_heads", "hidden_size // 32 = 4"),
+        ({"model": {"hidden_size": 64, "kv_heads": 4}}, "model.kv_heads", "got 4"),
+        (
+            {
+                "rollout": {"suite": "coding"},
+                "train": {"warm_start_steps": 5, "warm_start_skip_check": 0.5},
+            },
+            "train.warm_start_skip_check",
+            "needs rollout.suite repo",
+        ),
+        ({"backend": "sim", "sim": {"gpus": 12}}, "sim.gpus", "a multiple of 8"),
+        ({"backend": "sim", "sim": {"gpus": 8}}, "sim.gpus", "at least 16, got 8"),
+        ({"backend": "sim", "rollout": {"group_size": 5}}, "sim.rollouts_per_step", "(5), got 64"),
+        (
+            {
+                "backend": "sim",
+                "scheduler": {"policy": "async", "rollout_units": 2},
+                "sim": {"gpus": 16},
+            },
+            "scheduler.rollout_units",
+            "leave >= 1 of 2 units",
+        ),
+    ],
+)
+def test_rules_the_runtime_needs_are_refused_by_field(changes, path, problem) -> None:
+    """Each of these failed only inside the runtime (building the model, playing the
+    hasty demonstrator, cutting the simulated cluster into units), minutes after queueing."""
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_dict(changes)
+    errors = dict(err.value.errors)
+    assert list(errors) == [path] and problem in errors[path], errors
+
+
+def test_rules_hold_only_where_they_apply() -> None:
+    # A given checkpoint has its own heads; a warm start from a file plays no demonstrator;
+    # a real run's units are cluster.units, whatever the sim section says.
+    RunConfig.from_dict({"model": {"checkpoint": "/m", "kv_heads": 3}})
+    RunConfig.from_dict(
+        {
+            "rollout": {"suite": "coding"},
+            "train": {
+                "warm_start_steps": 5,
+                "warm_start_skip_check": 0.5,
+                "warm_start_from": "/w.safetensors",
+            },
+        }
+    )
+    RunConfig.from_dict({"sim": {"gpus": 12}, "rollout": {"group_size": 5}})
+    cfg = RunConfig.from_dict(
+        {"backend": "sim", "scheduler": {"policy": "async", "rollout_units": 7}}
+    )
+    assert cfg.scheduler.rollout_units == 7  # the simulated 64 GPUs are 8 units, not 6
+
+
 @pytest.mark.parametrize("suffix", [".yaml", ".json", ".toml"])
 def test_files_in_three_formats_merge_over_defaults(tmp_path, suffix) -> None:
     text = {

@@ -49,14 +49,14 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from itertools import combinations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gyre_core.config import RunConfig
+from gyre_core.config import RunConfig, SchedulerConfig
 from gyre_core.runtime.timed_router import CallRecord, TimedRouter
 from gyre_core.sim.costs import CostModel
 from gyre_core.sim.workload import TraceRollout, Turn, write_trace
@@ -306,6 +306,7 @@ def _calibrate(workdir: Path, cfg: RunConfig, loop: Loop, router: TimedRouter,
         ),
         "switch_mode": cfg.scheduler.switch_mode,
         "batch_order": cfg.scheduler.batch_order,
+        "scheduler": asdict(cfg.scheduler),  # predict's policy: the run's own knobs
         "actual_s": round(spans[-1][1] - loop_start, 3),
         "compared": "control loop start (engines up, initial roles taken, benchmark done) "
         "to the end of the last step (its weight publication, bookkeeping and checkpoint)",
@@ -347,7 +348,7 @@ def _mean(xs: list[float]) -> float:
 def predict(workdir: Path, *, policy: str | None = None) -> dict[str, Any]:
     """Simulate the run's policy (or ``policy``) on its own cost table and workload; the
     predicted makespan against the run's measured loop time."""
-    from gyre_core.scheduler.policies import make_policy
+    from gyre_core.scheduler.policies import policy_for
     from gyre_core.sim.simulator import Simulator
     from gyre_core.sim.workload import read_trace
 
@@ -362,11 +363,7 @@ def predict(workdir: Path, *, policy: str | None = None) -> dict[str, Any]:
     costs = CostModel.load(need(COSTS))
     trace = read_trace(need(WORKLOAD))
     name = policy or str(report["policy"])
-    split = None
-    if name == "async" and report.get("split"):
-        r, t = (int(x) for x in str(report["split"]).split(":"))
-        split = (r, t)
-    sim = Simulator(trace, costs, make_policy(name, costs.units, split),
+    sim = Simulator(trace, costs, policy_for(_scheduler(report, name), costs.units),
                     mode=str(report.get("switch_mode", "migrate")),
                     batch_order=str(report.get("batch_order", "arrival"))).run()  # fmt: skip
     predicted = float(sim["makespan_s"])
@@ -382,3 +379,15 @@ def predict(workdir: Path, *, policy: str | None = None) -> dict[str, Any]:
         "role_switches_predicted": sim["role_switches"],
         "costs": costs.to_json(),
     }
+
+
+def _scheduler(report: dict[str, Any], policy: str) -> SchedulerConfig:
+    """The run's scheduler section with ``policy``; a report written before the section was
+    recorded gives its async split (``"R:T"``) and defaults for the rest."""
+    known = {f.name for f in fields(SchedulerConfig)}
+    section = {k: v for k, v in (report.get("scheduler") or {}).items() if k in known}
+    if "scheduler" not in report and report.get("split"):
+        section["rollout_units"] = int(str(report["split"]).split(":")[0])
+    if policy != "async":
+        section["rollout_units"] = 0  # the run's split means nothing to another policy
+    return SchedulerConfig(**{**section, "policy": policy})

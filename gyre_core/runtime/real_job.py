@@ -32,7 +32,7 @@ from gyre_core.runtime.ray_backend import UnitActor, start_ray
 from gyre_core.runtime.session import SessionFactory, make_model_dir
 from gyre_core.runtime.threaded_sink import ThreadedSink
 from gyre_core.runtime.timed_router import TimedRouter
-from gyre_core.scheduler.policies import make_policy
+from gyre_core.scheduler.policies import policy_for
 from gyre_core.trajectory.format import Rollout, read_rollouts
 from gyre_core.trajectory.tree import PrefixTree
 from gyre_core.trajectory.writer import write_rollouts
@@ -95,10 +95,7 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
     sink.emit(ev.RunStatus(t=clock(), status="running", step=trainer.version, message=cfg.policy))
 
     units_n = cfg.cluster.units
-    split = None
-    if cfg.policy == "async" and cfg.scheduler.rollout_units:
-        split = (cfg.scheduler.rollout_units, units_n - cfg.scheduler.rollout_units)
-    policy = make_policy(cfg.policy, units_n, split)
+    policy = policy_for(cfg.scheduler, units_n)
     roles = policy.initial_roles(units_n)
     router = TimedRouter({}, mode=cfg.scheduler.switch_mode, wait_s=600.0, clock=clock)
     tag = uuid.uuid4().hex[:8]  # actors are named (gyre-<tag>-unit-<u>) for operators

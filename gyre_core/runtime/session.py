@@ -43,10 +43,7 @@ def make_model_dir(cfg: RunConfig, workdir: Path) -> Path:
     if not (out / "config.json").exists():
         from gyre_core.models.init import init_checkpoint
 
-        h = cfg.model.hidden_size
-        if max(1, h // 32) % cfg.model.kv_heads:
-            raise ValueError(f"model.kv_heads ({cfg.model.kv_heads}) must divide the query "
-                             f"heads, hidden_size // 32 = {max(1, h // 32)}")  # fmt: skip
+        h = cfg.model.hidden_size  # kv_heads divides the heads: RunConfig.from_dict checks
         init_checkpoint(out, vocab_size=1024, layers=cfg.model.layers, hidden=h,
                         heads=max(1, h // 32), kv_heads=cfg.model.kv_heads, head_dim=32,
                         intermediate=2 * h,

@@ -21,7 +21,7 @@ from typing import Any
 from gyre_core import events as ev
 from gyre_core.config import RunConfig
 from gyre_core.runtime.job import Cancelled
-from gyre_core.scheduler.policies import make_policy
+from gyre_core.scheduler.policies import policy_for
 from gyre_core.sim.costs import CostModel
 from gyre_core.sim.simulator import Simulator
 from gyre_core.sim.workload import generate
@@ -87,13 +87,9 @@ def run_sim(
         group_size=min(cfg.rollout.group_size, s.rollouts_per_step),
         staleness=cfg.scheduler.staleness_bound,
     )
-    units = s.gpus // costs.gpus_per_unit
-    split = None
-    if cfg.policy == "async" and cfg.scheduler.rollout_units:
-        split = (cfg.scheduler.rollout_units, units - cfg.scheduler.rollout_units)
     rollouts = min(s.rollouts, cfg.steps * s.rollouts_per_step)
     trace = generate(s.workload, rollouts, cfg.seed, group_size=costs.group_size)  # type: ignore[arg-type]
-    policy = make_policy(cfg.policy, units, split)
+    policy = policy_for(cfg.scheduler, costs.units)
     digest = config_digest(cfg)
     skip, step = load_position(workdir / CHECKPOINT, digest) if resume else (0, 0)
     stream = StreamCheckpoint(sink, workdir / CHECKPOINT, digest, skip)

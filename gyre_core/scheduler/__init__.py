@@ -2,7 +2,14 @@
 admission and training steps (``colocate``, ``async``, ``elastic``)."""
 
 from gyre_core.scheduler.base import Decision, Policy, Snapshot
-from gyre_core.scheduler.policies import POLICIES, Async, Colocate, Elastic, make_policy
+from gyre_core.scheduler.policies import (
+    POLICIES,
+    Async,
+    Colocate,
+    Elastic,
+    make_policy,
+    policy_for,
+)
 
 __all__ = [
     "POLICIES",
@@ -13,4 +20,5 @@ __all__ = [
     "Policy",
     "Snapshot",
     "make_policy",
+    "policy_for",
 ]

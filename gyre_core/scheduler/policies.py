@@ -1,16 +1,22 @@
 """The three scheduling policies: ``colocate``, ``async`` (fixed split) and ``elastic``.
 
 All three read the same :class:`Snapshot` and admit rollouts under the same staleness
-rule (colocate is on-policy: it admits one batch at a time). Registry: :data:`POLICIES`.
+rule (colocate is on-policy: it admits one batch at a time). Registry: :data:`POLICIES`
+(:func:`register_policy`); the config's ``scheduler.policy`` choices are its names.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gyre_core.cluster import ROLLOUT, TRAIN
+from gyre_core.cluster import ROLLOUT, TRAIN, async_split
 from gyre_core.scheduler.base import Decision, Policy, Snapshot, can_train, idle_rollout_units
+
+if TYPE_CHECKING:  # the config takes its policy choices and elastic defaults from here
+    from gyre_core.config import SchedulerConfig
 
 
 class Colocate:
@@ -49,14 +55,13 @@ class Async:
     name: str = "async"
 
     def initial_roles(self, units: int) -> list[str]:
-        if self.rollout_units < 1 or self.train_units < 1:
+        r, t = self.rollout_units, self.train_units
+        if r < 1 or t < 1:
+            raise ValueError(f"async: rollout_units {r} and train_units {t}: each needs >= 1")
+        if r + t != units:
             raise ValueError(
-                f"--split {self.rollout_units}:{self.train_units}: each side needs >= 1 unit"
-            )
-        if self.rollout_units + self.train_units != units:
-            raise ValueError(
-                f"--split {self.rollout_units}:{self.train_units} does not add up to the "
-                f"cluster's {units} units"
+                f"async: rollout_units {r} + train_units {t} = {r + t} does not add up to "
+                f"the cluster's {units} units"
             )
         return [ROLLOUT] * self.rollout_units + [TRAIN] * self.train_units
 
@@ -90,6 +95,9 @@ class Elastic:
       ``n`` units takes ``tokens / (n * rate)``; waiting ``switch_s`` for more must save
       more than it costs).
 
+    A run sets ``fill``, ``train_share`` and ``return_below`` with the config's
+    ``scheduler.elastic_*`` fields (:func:`policy_for`).
+
     Tried and dropped (docs/sim-results.md): learning the share online from step timing
     and backlog (on waves of rollouts that finish together it overshot); returning units
     below the base share; packing engines fuller (``fill`` 0.75 or 1).
@@ -111,11 +119,8 @@ class Elastic:
         if self.min_rollout < 1 or self.min_rollout + max(self.min_train, 1) > units:
             raise ValueError(f"elastic: min_rollout={self.min_rollout}, min_train={self.min_train} "
                              f"do not fit {units} units")  # fmt: skip
-        n_train = (
-            max(self.min_train, int(units * self.train_share))
-            if self.start_split
-            else self.min_train
-        )
+        share = max(self.min_train, int(units * self.train_share))
+        n_train = min(units - self.min_rollout, share) if self.start_split else self.min_train
         return [TRAIN] * n_train + [ROLLOUT] * (units - n_train)
 
     def _engines(self, s: Snapshot, sessions: int) -> int:
@@ -166,17 +171,58 @@ class Elastic:
         return tokens / (now * s.train_tok_s) <= s.switch_s + tokens / (coming * s.train_tok_s)
 
 
-def make_policy(name: str, units: int, split: tuple[int, int] | None = None) -> Policy:
-    if name == "colocate":
-        return Colocate()
-    if name == "elastic":
+# A policy factory: (units, the run's scheduler section or None for the defaults) -> policy.
+PolicyFactory = Callable[[int, "SchedulerConfig | None"], Policy]
+POLICIES: dict[str, PolicyFactory] = {}
+
+
+def register_policy(name: str) -> Callable[[PolicyFactory], PolicyFactory]:
+    def add(factory: PolicyFactory) -> PolicyFactory:
+        if name in POLICIES:
+            raise ValueError(f"a policy named {name!r} is already registered")
+        POLICIES[name] = factory
+        return factory
+
+    return add
+
+
+@register_policy("colocate")
+def _colocate(units: int, cfg: SchedulerConfig | None) -> Policy:
+    return Colocate()
+
+
+@register_policy("async")
+def _async(units: int, cfg: SchedulerConfig | None) -> Policy:
+    return Async(*async_split(units, cfg.rollout_units if cfg else 0))
+
+
+@register_policy("elastic")
+def _elastic(units: int, cfg: SchedulerConfig | None) -> Policy:
+    if cfg is None:
         return Elastic()
-    if name == "async":
-        if split is None:
-            r = max(1, units // 2)
-            split = (r, units - r)
+    return Elastic(
+        fill=cfg.elastic_fill,
+        train_share=cfg.elastic_train_share,
+        return_below=cfg.elastic_return_below,
+    )
+
+
+def _factory(name: str) -> PolicyFactory:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        known = ", ".join(POLICIES)
+        raise ValueError(f"unknown policy {name!r}; expected one of {known}") from None
+
+
+def make_policy(name: str, units: int, split: tuple[int, int] | None = None) -> Policy:
+    """Policy ``name`` with its defaults; ``split``: async's (rollout, train) units."""
+    if split is not None and name == "async":
         return Async(*split)
-    raise ValueError(f"unknown policy {name!r}; expected one of {', '.join(POLICIES)}")
+    return _factory(name)(units, None)
 
 
-POLICIES = ("colocate", "async", "elastic")
+def policy_for(cfg: SchedulerConfig, units: int) -> Policy:
+    """The policy a run's scheduler section configures, over ``units`` (the runtime's, the
+    simulator's and calibration's one way from a config to a policy)."""
+    return _factory(cfg.policy)(units, cfg)

@@ -46,6 +46,20 @@ def test_bad_config_returns_every_bad_field_by_name(people, exp, sim_config, cli
     assert not Run.objects.exists()
 
 
+def test_a_cross_field_rule_is_refused_by_name_before_a_run_is_queued(people, exp, client_for):
+    """kv_heads must divide the tiny model's heads: the API says so, instead of the worker
+    failing minutes later while it builds the model."""
+    config = {"model": {"hidden_size": 128, "kv_heads": 3}}
+    resp = client_for(people["member"]).post(
+        "/api/runs/", {"experiment": exp.pk, "config": config}, format="json"
+    )
+    assert resp.status_code == 400, resp.content
+    errors = resp.json()["config"]
+    assert list(errors) == ["model.kv_heads"]
+    assert "hidden_size // 32 = 4" in str(errors["model.kv_heads"])
+    assert not Run.objects.exists()
+
+
 def test_fork_and_resume_and_cancel(people, run, client_for):
     client = client_for(people["member"])
     resp = client.post(f"/api/runs/{run.pk}/fork/", {"changes": {"seed": 3}}, format="json")

@@ -135,6 +135,26 @@ def test_predict_names_what_is_missing_and_why_a_run_was_not_calibrated(tmp_path
     assert "no training step" in capsys.readouterr().err
 
 
+def test_predict_simulates_the_run_s_own_scheduler_section(tmp_path):
+    """A report carries the run's scheduler section, elastic knobs included; one written
+    before it did keeps its async split."""
+    from gyre_core.sim.workload import generate, write_trace
+
+    (tmp_path / "costs.json").write_text(json.dumps(CostModel(gpus=32).to_json()))
+    write_trace(tmp_path / "workload.jsonl", generate("uniform", 128, 1, group_size=8))
+
+    def predicted(report: dict) -> float:
+        (tmp_path / "calibration.json").write_text(json.dumps({"actual_s": 1.0, **report}))
+        return predict(tmp_path)["predicted_s"]
+
+    base = {"policy": "elastic", "scheduler": {"policy": "elastic"}}
+    fuller = {**base, "scheduler": {"policy": "elastic", "elastic_fill": 1.0}}
+    assert predicted(fuller) != predicted(base)
+    old = predicted({"policy": "async", "split": "1:3"})
+    assert old == predicted({"policy": "async", "scheduler": {"rollout_units": 1}})
+    assert old != predicted({"policy": "async", "split": "2:2"})
+
+
 # --------------------------------------------------------------------------- a real run
 
 BASE = tiny_job("async")

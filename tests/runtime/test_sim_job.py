@@ -19,6 +19,27 @@ def test_sim_job_emits_the_run_and_its_steps(tmp_path) -> None:
     assert kinds.count("rollout_finished") == 96
 
 
+def test_elastic_knobs_in_the_config_reach_the_policy(tmp_path) -> None:
+    """scheduler.elastic_* are the policy's knobs: a larger train share trains on 3 of the 4
+    simulated units from the start, a fuller engine fill changes the schedule."""
+    four = {**SIM, "sim": {**SIM["sim"], "gpus": 32}}
+
+    def run(knobs: dict) -> tuple[list[str], float]:
+        sink = ListSink()
+        cfg = RunConfig.from_dict({**four, "scheduler": {"policy": "elastic", **knobs}})
+        out = run_job(cfg, sink=sink, workdir=tmp_path / str(len(list(tmp_path.iterdir()))))
+        first: dict[int, str] = {}  # each unit's initial role, its first role change
+        for e in sink.events:
+            if e.kind == "role_change":
+                first.setdefault(e.unit, e.to_role)
+        return [first[u] for u in range(4)], out["makespan_s"]
+
+    roles, makespan = run({})
+    assert roles == ["train", "train", "rollout", "rollout"]
+    assert run({"elastic_train_share": 0.75})[0][:3] == ["train"] * 3
+    assert run({"elastic_fill": 1.0})[1] != makespan
+
+
 def test_should_stop_cancels_promptly(tmp_path) -> None:
     sink = ListSink()
     calls = []

@@ -7,8 +7,17 @@ from dataclasses import replace
 import pytest
 
 from gyre_core.cluster import ROLLOUT, SWITCHING, TRAIN, Cluster, ClusterError
+from gyre_core.config import RunConfig, config_schema
 from gyre_core.scheduler.base import Snapshot
-from gyre_core.scheduler.policies import Async, Colocate, Elastic, make_policy
+from gyre_core.scheduler.policies import (
+    POLICIES,
+    Async,
+    Colocate,
+    Elastic,
+    make_policy,
+    policy_for,
+    register_policy,
+)
 
 B = 8
 
@@ -49,8 +58,20 @@ def test_async_keeps_its_split_and_trains_when_a_batch_is_ready() -> None:
     d = pol.decide(snap([ROLLOUT] * 3 + [TRAIN], ready=B))
     assert d.start_step and not d.targets
     assert not pol.decide(snap([ROLLOUT] * 3 + [TRAIN], ready=B, training=True)).start_step
-    with pytest.raises(ValueError, match="does not add up"):
+    with pytest.raises(ValueError, match="does not add up") as err:
         Async(2, 1).initial_roles(4)
+    assert "rollout_units 2" in str(err.value) and "--split" not in str(err.value)
+
+
+def test_the_scheduler_section_configures_the_policy() -> None:
+    knobs = {"elastic_fill": 0.7, "elastic_train_share": 1.0, "elastic_return_below": 0.2}
+    pol = policy_for(RunConfig.from_dict({"scheduler": knobs}).scheduler, 4)
+    assert pol == Elastic(fill=0.7, train_share=1.0, return_below=0.2)
+    assert policy_for(RunConfig().scheduler, 4) == Elastic()  # the defaults are today's
+    assert pol.initial_roles(4) == [TRAIN] * 3 + [ROLLOUT]  # one unit always serves
+    cfg = RunConfig.from_dict({"scheduler": {"policy": "async", "rollout_units": 5}})
+    assert policy_for(cfg.scheduler, 6) == Async(5, 1)
+    assert policy_for(replace(cfg.scheduler, rollout_units=0), 6) == Async(3, 3)  # half
 
 
 def test_elastic_moves_spare_engines_to_training_lightest_first() -> None:
@@ -114,8 +135,11 @@ def test_elastic_keeps_engines_for_the_sessions_the_backlog_will_admit() -> None
 
 def test_registry_and_clusters() -> None:
     assert make_policy("async", 8).initial_roles(8) == [ROLLOUT] * 4 + [TRAIN] * 4
-    with pytest.raises(ValueError, match="unknown policy"):
+    with pytest.raises(ValueError, match="unknown policy 'greedy'; expected one of colocate"):
         make_policy("greedy", 8)
+    assert list(POLICIES) == config_schema()["scheduler.policy"]["choices"]  # one list
+    with pytest.raises(ValueError, match="already registered"):
+        register_policy("elastic")(lambda units, cfg: Elastic())
     assert Cluster(1000, 8).counts()["idle"] == 125
     with pytest.raises(ClusterError, match="do not divide"):
         Cluster(12, 8)
