@@ -34,7 +34,10 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--policies", default="colocate,async,elastic")
     ap.add_argument("--out", default=str(ROOT / ".data" / "bench" / "calibration"))
+    ap.add_argument("--quick", action="store_true", help="a smoke run: elastic only, 1 step")
     args = ap.parse_args()
+    if args.quick:
+        args.policies, args.steps = "elastic", 1
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []

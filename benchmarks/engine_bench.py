@@ -79,7 +79,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--quick", action="store_true", help="a smoke run: batch 4, 16 new tokens")
     args = ap.parse_args()
+    if args.quick:
+        args.batch, args.new_tokens = 4, 16
     model = build_model(tiny_qwen3_config(VOCAB)).eval()
     prompts = _prompts(args.batch)
     new = args.new_tokens

@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -58,8 +60,14 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("config", nargs="?", default=str(ROOT / "configs" / "demo-elastic.yaml"))
     p.add_argument("--every", type=float, default=0.5, help="seconds between samples")
+    p.add_argument("--quick", action="store_true", help="a smoke run: the config at 2 steps")
     a = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="gyre-footprint-") as work:
+        if a.quick:  # the same config, fewer steps
+            data = yaml.safe_load(Path(a.config).read_text())
+            data["steps"] = 2
+            a.config = str(Path(work) / "quick.yaml")
+            Path(a.config).write_text(yaml.safe_dump(data))
         cmd = [sys.executable, "-m", "gyre_core.cli.main", "run", a.config, "--json",
                "--workdir", work]  # fmt: skip
         t0 = time.perf_counter()

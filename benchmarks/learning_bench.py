@@ -205,7 +205,7 @@ def weights_diff(a: Path, b: Path) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", default="elastic,colocate,async,elastic-binary")
+    ap.add_argument("--runs", default="", help="default: elastic,colocate,async,elastic-binary")
     ap.add_argument("--steps", type=int, default=0, help="override the configs' steps (0: keep)")
     ap.add_argument("--every", type=int, default=8, help="re-score the benchmark every k steps")
     ap.add_argument(
@@ -222,7 +222,17 @@ def main() -> int:
     ap.add_argument("--rescore", metavar="FILE",
                     help="train nothing: re-score the runs of an earlier --out FILE")  # fmt: skip
     ap.add_argument("--out", default=str(ROOT / ".data" / "bench" / "learning.json"))
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: one elastic run of 2 RL steps on a 20-step warm start, uncached",
+    )
     args = ap.parse_args()
+    if args.quick and not args.rescore:
+        args.runs, args.steps, args.every = args.runs or "elastic", 2, 2
+        quick = ["train.warm_start_steps=20", "train.warm_start_anneal_steps=0"]
+        args.set = [*quick, "train.warm_start_cache=''", "checkpoint_every=2", *args.set]
+    args.runs = args.runs or "elastic,colocate,async,elastic-binary"
     if args.bench_samples < 0:
         raise SystemExit(f"--bench-samples must be >= 0, got {args.bench_samples}")
     out_dir = Path(args.out).parent / "learning"

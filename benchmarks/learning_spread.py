@@ -11,7 +11,7 @@ Each argument is ``LABEL=FILE`` or ``LABEL=FILE:RUN[,RUN...]`` (only those runs 
 a run is named ``LABEL:name`` (``s1:colocate``), and one label may take runs from several
 files (``s0=b1.json:colocate s0=s0e.json``: one draw whose runs were made apart). A
 policy's *draws* are its runs across the files (``rollout.sample_seed`` differs between
-them, docs/learning.md session 10); give independent draws only, since a repeat of one
+them, docs/learning.md); give independent draws only, since a repeat of one
 draw would weigh it twice in the means. Nothing is asserted; figures are the files'.
 """
 

@@ -187,7 +187,12 @@ def main() -> None:
     ap.add_argument("--drain-at", type=float, default=0.5,
                     help="drain A once it has produced this share of --new-tokens")  # fmt: skip
     ap.add_argument("--no-vllm", action="store_true", help="TorchEngine -> TorchEngine only")
+    ap.add_argument(
+        "--quick", action="store_true", help="a smoke run: a 128-token prompt, 300 new tokens"
+    )
     args = ap.parse_args()
+    if args.quick:
+        args.prompt, args.new_tokens = 128, 300
     ckpt = REPO_ROOT / ".data" / "vllm" / "bench" / "qwen3-default"
     if not (ckpt / "config.json").is_file():
         init_checkpoint(ckpt, overwrite=True)

@@ -25,7 +25,12 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--out", default=str(ROOT / ".data" / "bench" / "runtime.json"))
     ap.add_argument("--policies", default="colocate,async,elastic,elastic-restart")
+    ap.add_argument(
+        "--quick", action="store_true", help="a smoke run: colocate and elastic, 1 step each"
+    )
     args = ap.parse_args()
+    if args.quick:
+        args.policies, args.steps = "colocate,elastic", 1
     rows = []
     model = ROOT / ".data" / "bench" / "model"
     for name in args.policies.split(","):

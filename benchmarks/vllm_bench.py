@@ -89,7 +89,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--requests", type=int, default=16)
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: 4 requests, 16 new tokens (server start-up still dominates)",
+    )
     args = ap.parse_args()
+    if args.quick:
+        args.requests, args.new_tokens = 4, 16
     ckpt = REPO_ROOT / ".data" / "vllm" / "bench" / "qwen3-default"
     if not (ckpt / "config.json").is_file():
         init_checkpoint(ckpt, overwrite=True)

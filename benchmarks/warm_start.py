@@ -106,7 +106,15 @@ def main() -> int:
     ap.add_argument("--every", type=int, default=100, help="benchmark every k steps")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
     ap.add_argument("--workdir", default=".data/bench/warm-start")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: 20 warm-start steps and 5 annealing steps, scored once after each",
+    )
     args = ap.parse_args()
+    if args.quick:
+        args.steps, args.every = args.steps or 20, 0
+        args.set = ["train.warm_start_anneal_steps=5", *args.set]
     meta = asyncio.run(run(args))
     print(f"wrote {args.out}: {meta['steps']} steps in {meta['seconds']:.0f} s, "
           f"benchmark {list(meta['benchmark_by_step'].values())[-1]:.3f}")  # fmt: skip

@@ -240,7 +240,7 @@ class SessionFactory:
         """The warm start's last ``train.warm_start_anneal_steps`` steps, at the lower
         ``train.warm_start_anneal_lr``, on the demonstrations after step ``first_step``.
         The high rate that finds the copying keeps it noisy (a loss that plateaus near
-        0.1); a lower one settles it (docs/learning.md, session 6)."""
+        0.1); a lower one settles it (docs/learning.md)."""
         t = self.cfg.train
         if not t.warm_start_anneal_steps:
             return []

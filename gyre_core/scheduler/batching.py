@@ -6,7 +6,7 @@
 * ``index``: step ``k`` trains exactly rollouts ``k*per_step .. (k+1)*per_step - 1``, the
   tasks, groups and sampling seeds colocate would give it, and waits for the slowest of
   them. Two runs then differ only in which policy version produced each token, so async
-  and elastic runs repeat far closer (docs/learning.md, session 9).
+  and elastic runs repeat far closer (docs/learning.md).
 
 Both orders train every rollout exactly once; only the grouping into steps differs.
 """

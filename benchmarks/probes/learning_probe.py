@@ -1,11 +1,11 @@
 """In-process learning probe (no Ray): supervised steps on fresh scripted demonstrations,
 then optional RL steps, with greedy progress and credit on train and held-out tasks.
 
-The fast loop behind docs/learning.md: it builds the tiny Qwen3 the way ``gyre run`` does
+An investigation loop from tuning the learning demo: it builds the tiny Qwen3 the way ``gyre run`` does
 (``model.tokenizer: suite``), trains it in this process and prints one line per
 evaluation. ``--load``/``--save`` continue from / keep the weights.
 
-    python benchmarks/learning_probe.py [--sft 150] [--every 25] [--lr 1e-2] [--demos 8]
+    python benchmarks/probes/learning_probe.py [--sft 150] [--every 25] [--lr 1e-2] [--demos 8]
         [--rl 0] [--rl-lr 2e-3] [--reward partial|progress|binary] [--hidden 128]
 """
 

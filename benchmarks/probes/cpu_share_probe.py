@@ -6,7 +6,7 @@ between them serve a fixed number of concurrent requests -- with each process fr
 on any core, or pinned to one (``os.sched_setaffinity``, process ``i`` on core ``i mod
 ncpu``).
 
-Run: ``.venv/bin/python benchmarks/cpu_share_probe.py [--requests 32] [--new-tokens 64]
+Run: ``.venv/bin/python benchmarks/probes/cpu_share_probe.py [--requests 32] [--new-tokens 64]
 [--procs 1,2,4] [--repeats 2]``. It separates two reasons a policy that keeps fewer units
 busy could decode faster per unit on a 2-core machine: more requests in each engine's
 batch (the tiny model's decode step costs little more at batch 16 than at 8), and fewer

@@ -7,7 +7,7 @@ when the status bar names an untested component, measured on a fixed set of cont
 written (the alternative is moving on to the next file), ``end`` once all are written (the
 alternative is submitting). Greedy held-out benchmark every ``--every`` steps.
 
-    python benchmarks/rl_probe.py configs/learn-elastic.yaml --weights W.safetensors
+    python benchmarks/probes/rl_probe.py configs/learn-elastic.yaml --weights W.safetensors
         [--steps 48] [--every 16] [--set train.lr=0.001 ...]
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # learning_bench.py
 from learning_bench import apply_overrides
 
 from gyre_core.config import RunConfig

