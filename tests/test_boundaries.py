@@ -23,17 +23,14 @@ SURFACE = {
     "gyre_core.config": "run configs validated at the edge, the form's schema and presets",
     "gyre_core.events": "the run events the platform stores, derives rows from and serves",
     "gyre_core.runtime": "the runtime's entry point: run_job, error_line, Cancelled",
-    "gyre_core.trajectory.format": "the rollout file format (read_rollouts, Rollout)",
-    "gyre_core.trajectory.writer": "writes rollouts in that format (trajectory uploads)",
+    "gyre_core.trajectory.export": "what the browser shows of a tree (specs, advantages with"
+    " the run's own weighting, node tokens) and the rollout file format it reads",
 }
 # Beyond the surface, each with its reason; test_every_exception_is_still_needed removes
 # one from here once nothing needs it.
 PLATFORM_EXCEPTIONS = {
     # the bounded, strict JSON reader the core's logs use: request bodies and socket frames
     "gyre_core.jsonl": "inputs.py and runs/consumers.py parse untrusted JSON with it",
-    # until the trajectory export module (issue 27, part 3) serves what the browser shows
-    "gyre_core.trajectory.tree": "trajectories/ rebuilds prefix trees for the browser",
-    "gyre_core.trajectory.rewards": "trajectories/ computes per-node advantages",
 }
 WORKER_EXCEPTIONS = {
     # a module of its own so that importing the entry point does not import Ray
