@@ -40,6 +40,7 @@ LAUNCH = "workers.tasks.launch_run"
 
 
 @signals.worker_ready.connect
+@signals.worker_process_init.connect  # a prefork pool's child runs launches: one of its own
 def _start_watchdog(**kwargs: object) -> None:
     from workers.watchdog import Watchdog
 
@@ -55,12 +56,15 @@ def _stop_watchdog(**kwargs: object) -> None:
 
 @signals.task_prerun.connect
 def _hold_launch(task_id: str = "", task: object = None, args: object = (), **kw: object) -> None:
-    """Heartbeat the run for as long as this process executes its launch (a pool child
-    starts a watchdog of its own here)."""
+    """Heartbeat the run for as long as this worker process executes its launch. A launch
+    run outside a worker (``apply`` in a test or a shell) starts no watchdog: its StopFlag
+    writes the heartbeat, and no reaper runs in that process."""
     if getattr(task, "name", "") == LAUNCH and isinstance(args, list | tuple) and args:
         from workers.watchdog import Watchdog
 
-        Watchdog.of_process().hold(task_id, int(args[0]))
+        watchdog = Watchdog.running()
+        if watchdog is not None:
+            watchdog.hold(task_id, int(args[0]))
 
 
 @signals.task_postrun.connect
@@ -68,4 +72,6 @@ def _release_launch(task_id: str = "", task: object = None, **kw: object) -> Non
     if getattr(task, "name", "") == LAUNCH:
         from workers.watchdog import Watchdog
 
-        Watchdog.of_process().release(task_id)
+        watchdog = Watchdog.running()
+        if watchdog is not None:
+            watchdog.release(task_id)

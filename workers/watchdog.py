@@ -42,6 +42,13 @@ class Watchdog:
             return w
 
     @classmethod
+    def running(cls) -> Watchdog | None:
+        """This process's watchdog if its worker started one, else None."""
+        w = cls._instance
+        alive = w is not None and w.pid == os.getpid() and w.thread.is_alive()
+        return w if alive else None
+
+    @classmethod
     def stop_process(cls) -> None:
         w = cls._instance
         if w is not None and w.pid == os.getpid():
