@@ -108,6 +108,12 @@ class RolloutConfig:
     tasks_per_step: int = _f(2, "tasks sampled per training step", min=1)
     group_size: int = _f(4, "rollouts per task (GRPO group)", min=1)
     benchmark_tasks: int = _f(8, "held-out benchmark tasks scored before and after", min=1)
+    benchmark_every: int = _f(
+        0,
+        "also score the benchmark every k RL steps during the run, "
+        "on that version's weights (0: only before and after)",
+        min=0,
+    )
     max_turns: int = _f(24, "tool calls per rollout before it times out", min=1)
     context_budget: int = _f(768, "tokens of context before the model compacts it", min=64)
     max_new_tokens: int = _f(24, "tokens per LLM call", min=1)

@@ -196,6 +196,12 @@ class TorchEngine:
     async def load(self) -> EngineLoad:
         return EngineLoad(running=len(self._running), waiting=len(self._waiting))
 
+    def close(self) -> None:
+        """Ends the background loop (an engine made for one job: nothing must be waiting)."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
     # ------------------------------------------------------------------ background loop
 
     def _get_lock(self) -> asyncio.Lock:

@@ -28,6 +28,7 @@ from gyre_core.cluster import IDLE, ROLLOUT
 from gyre_core.config import RunConfig
 from gyre_core.runtime.calibrate import write_calibration
 from gyre_core.runtime.loop import Loop, UnitSlot
+from gyre_core.runtime.midrun_bench import BenchmarkEvery
 from gyre_core.runtime.ray_backend import UnitActor, start_ray
 from gyre_core.runtime.session import SessionFactory, make_model_dir
 from gyre_core.runtime.threaded_sink import ThreadedSink
@@ -127,10 +128,13 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
             f"{losses[-1] if losses else float('nan'):.3f}, "
             f"{factory.warm_start_s:.0f} s" + (" (cached)" if factory.warm_start_cached else ""))  # fmt: skip
 
+    midrun = BenchmarkEvery(cfg.rollout.benchmark_every, cfg.steps, factory.benchmark, say)
+
     def on_step(
         batch: list[Rollout], metrics: dict[str, Any], trees: dict[str, PrefixTree]
     ) -> None:
         factory.step_done(trainer, batch, metrics, loop, ckpt_root, trees)
+        midrun.after_step(trainer.model, trainer.version)
 
     loop = Loop(policy=policy, units=slots, router=router, trainer=trainer,
                 trainer_config=factory.trainer_config.to_dict(), sink=sink, clock=clock,
@@ -141,7 +145,8 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
     router.on_dead = loop.mark_dead
     router.on_migrate = factory.migrated
     await loop.bring_up(roles)  # every unit in its initial role, engines on current weights
-    before = await factory.benchmark(router, trainer.version)
+    first = trainer.version  # 0, or where a resumed run continues
+    before = await factory.benchmark(router, first)
     say(f"benchmark before: {before:.3f}")
     cancelled = False
     loop_start = clock()  # calibration compares the simulator with the loop's time
@@ -150,6 +155,7 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
         cancelled = trainer.version < cfg.steps
     finally:
         await loop.settle()
+        await midrun.finish()
     if not cancelled:
         await loop.ensure_engine()  # the final benchmark needs one: a trainer comes back
         after = await factory.benchmark(router, trainer.version)
@@ -163,6 +169,7 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
         return {"policy": cfg.policy, "backend": "real", "status": "cancelled",
                 "steps": trainer.version}  # fmt: skip
     summary = factory.summary(loop, router, before, after, time.perf_counter() - t_start)
+    summary["benchmark_by_version"] = {first: before, **midrun.scores, trainer.version: after}
     (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
     write_calibration(workdir, cfg, loop, router, loop_start)  # costs.json, workload
     sink.emit(ev.RunStatus(t=clock(), status="succeeded", step=trainer.version, message=""))

@@ -189,3 +189,12 @@ def test_index_batch_order_trains_each_steps_own_rollouts(ray_cluster, model_dir
     for e in written:  # step k trains sessions 2(k-1) and 2(k-1)+1: its own task's group
         ids = sorted(r.rollout_id for r in read_rollouts(e.path))
         assert ids == [f"r{2 * (e.step - 1)}", f"r{2 * (e.step - 1) + 1}"]
+
+
+def test_benchmark_every_scores_versions_during_the_run(ray_cluster, model_dir, tmp_path):
+    cfg = _cfg(model_dir)
+    cfg.rollout.benchmark_every = 1
+    sink = ListSink()
+    out = run_job(cfg, sink=sink, workdir=tmp_path)
+    assert sorted(e.step for e in sink.events if e.kind == "benchmark") == [0, 1, 2]
+    assert sorted(out["benchmark_by_version"]) == [0, 1, 2]
