@@ -179,6 +179,11 @@ class PhaseProgress(Event):
     total: int
     message: str = ""
 
+    def line(self) -> str:
+        """``warm start 250/1000, loss 0.412 (target 0.12)``: how a terminal shows it."""
+        head = f"{self.phase} {self.done}/{self.total}"
+        return f"{head}, {self.message}" if self.message else head
+
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls

@@ -33,6 +33,7 @@ DESIGN_KINDS = {
     "benchmark": {"step", "suite", "score", "tasks"},
     "tree_ready": {"group_id", "rollouts", "tokens_unique", "tokens_per_call", "nodes"},
     "rollouts_written": {"step", "path", "rollouts", "groups"},
+    "phase_progress": {"phase", "done", "total", "message"},
 }
 
 
@@ -77,3 +78,18 @@ def test_non_finite_numbers_become_null_in_to_json() -> None:
     )
     assert e.to_json()["data"]["metrics"] == {"loss": None, "kl": None, "r": 0.5}
     json.dumps(e.to_json(), allow_nan=False)  # strict JSON: what Postgres' jsonb takes
+
+
+def test_phase_progress_round_trips_and_reads_as_one_terminal_line() -> None:
+    from gyre_core.runtime.progress import ProgressSink
+
+    e = ev.PhaseProgress(
+        t=12.5, phase="warm start", done=250, total=1000, message="loss 0.412 (target 0.12)"
+    )
+    back = ev.event_from_json(json.loads(json.dumps(e.to_json())))
+    assert back == e and back.kind == "phase_progress"
+    lines: list[str] = []
+    sink = ProgressSink(lines.append)
+    sink.emit(back)
+    sink.emit(ev.PhaseProgress(t=13.0, phase="engine start", done=1, total=2))
+    assert lines == ["warm start 250/1000, loss 0.412 (target 0.12)", "engine start 1/2"]

@@ -25,14 +25,8 @@ class ProgressSink:
         elif isinstance(event, ev.RoleChange) and event.to_role != "switching":
             self.write(f"unit {event.unit}: {event.from_role} -> {event.to_role}")
         elif isinstance(event, ev.PhaseProgress):
-            self.write(phase_line(event))
+            self.write(event.line())
         elif isinstance(event, ev.RolloutFinished):
             self.finished += 1
             if self.finished % 8 == 0:
                 self.write(f"{self.finished} rollouts finished")
-
-
-def phase_line(event: ev.PhaseProgress) -> str:
-    """``warm start 250/1000, loss 0.412 (target 0.12)``: the terminal's line for a phase."""
-    line = f"{event.phase} {event.done}/{event.total}"
-    return f"{line}, {event.message}" if event.message else line

@@ -399,3 +399,19 @@ def test_kv_heads_shape_the_tiny_model(tmp_path) -> None:
     with pytest.raises(ConfigError, match=r"model\.kv_heads: must divide"):  # at the edge
         RunConfig.from_dict({"model": {"hidden_size": 64, "kv_heads": 3}})
     assert RunConfig().model.kv_heads == 1
+
+
+def test_a_warm_start_reports_its_steps_as_phase_progress(model_dir) -> None:  # type: ignore[no-untyped-def]
+    from gyre_core.events import PhaseProgress
+
+    d = {**LEARN, "model": {"checkpoint": str(model_dir)},
+         "train": {**LEARN["train"], "warm_start_anneal_steps": 2, "warm_start_until_loss": 0.01}}  # fmt: skip
+    sink = ListSink()
+    factory = SessionFactory(RunConfig.from_dict(d), model_dir, sink, lambda: 0.0)
+    asyncio.run(WarmStart(factory).run(factory.make_trainer()))
+    seen = [(e.phase, e.done, e.total) for e in sink.of(PhaseProgress)]
+    assert seen == [("warm start", k, 4) for k in range(5)] + [
+        ("warm start (anneal)", k, 2) for k in range(3)
+    ]
+    last = sink.of(PhaseProgress)[4]
+    assert last.message.startswith("loss ") and last.message.endswith("(target 0.01)")
