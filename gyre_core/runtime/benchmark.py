@@ -16,7 +16,7 @@ from gyre_core.runtime.session import SessionFactory, task_index
 
 BENCH_SEED = 10_000_019  # benchmark episodes are seeded apart from training ones
 PHASE = "benchmark"  # the phase_progress name
-REPORTS = 10  # phase_progress events a benchmark sends at most (and one at its start)
+REPORTS = 4  # phase_progress events a benchmark sends at most (and one at its start)
 
 
 async def benchmark(

@@ -151,7 +151,7 @@ class WarmStart:
         recent = losses[-20:]
         parts = [f"loss {sum(recent) / len(recent):.3f}"] if recent else []
         if target:
-            parts.append(f"(target {target:g})")
+            parts.append(f"(target {target:g})" if recent else f"target {target:g}")
         if note:
             parts.append(note)
         self.sink.emit(
