@@ -192,8 +192,8 @@ class TrainConfig:
                                           "warm start (its moments, scaled to the warm "
                                           "start's larger gradients, shrink RL's steps)")  # fmt: skip
     warm_start_from: str = _f("", "weights file of an earlier warm start (a .safetensors written "
-                              "by benchmarks/warm_start.py) that RL begins from instead of "
-                              "running one ('' = off)")  # fmt: skip
+                              "by `gyre warm-start CONFIG --out FILE`) that RL begins from "
+                              "instead of running one ('' = off)")  # fmt: skip
     warm_start_cache: str = _f("", "folder keeping warm-started trainers keyed by everything "
                                "they depend on, reused by later runs ('' = off)")  # fmt: skip
 

@@ -40,6 +40,7 @@ from gyre_core.trajectory.tree import PrefixTree
 
 TICK_S = 0.05
 STOP_CHECK_S = 0.25
+ENGINE_START = "engine start"  # the phase_progress name of bringing the engines up
 MAX_SEQS = 16  # engine batch cap: the policy sizes rollout by it
 
 
@@ -197,8 +198,25 @@ class Loop:
     async def bring_up(self, roles: Sequence[str]) -> None:
         """Bring every unit up in its initial role (``roles``, one per unit): each loads an
         engine with the current weights and its lane starts with a rollout event, then the
-        units whose initial role is training switch to it."""
-        await asyncio.gather(*(self.start_engine(s) for s in self.units))
+        units whose initial role is training switch to it. ``phase_progress`` events
+        ("engine start") count the engines up (a vLLM server takes a while)."""
+        started = 0
+
+        def report() -> None:
+            self.sink.emit(
+                ev.PhaseProgress(
+                    t=self.clock(), phase=ENGINE_START, done=started, total=len(self.units)
+                )
+            )
+
+        async def start(slot: UnitSlot) -> None:
+            nonlocal started
+            await self.start_engine(slot)
+            started += 1
+            report()
+
+        report()
+        await asyncio.gather(*(start(s) for s in self.units))
         for s in self.units:
             self._role(s, ROLLOUT)
         for slot, role in zip(self.units, roles, strict=True):

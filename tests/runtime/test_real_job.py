@@ -38,6 +38,11 @@ def test_elastic_run_switches_roles_without_restarting_sessions(ray_cluster, mod
     assert out["sessions_restarted"] == 0 and out["role_switches"] >= 1
     assert kinds.count("step_finished") == 2 and kinds.count("benchmark") == 2
     assert kinds.count("rollout_finished") >= 4 and "tree_ready" in kinds
+    phases = [(e.phase, e.done) for e in sink.events if e.kind == "phase_progress"]
+    units = _cfg(model_dir).cluster.units  # the engines come up, then each benchmark runs
+    assert [d for p, d in phases if p == "engine start"] == list(range(units + 1))
+    bench = [d for p, d in phases if p == "benchmark"]
+    assert bench.count(0) == 2 and bench == sorted(bench[: len(bench) // 2]) * 2
     to_train = [e for e in sink.events if e.kind == "role_change" and e.to_role == "train"]
     assert to_train, "elastic starts with half the units training"
     for key in (
