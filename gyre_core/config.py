@@ -108,6 +108,14 @@ class RolloutConfig:
     tasks_per_step: int = _f(2, "tasks sampled per training step", min=1)
     group_size: int = _f(4, "rollouts per task (GRPO group)", min=1)
     benchmark_tasks: int = _f(8, "held-out benchmark tasks scored before and after", min=1)
+    benchmark_samples: int = _f(
+        0,
+        "the benchmark's sessions a task, sampled at the rollout "
+        "temperature: the policy's expected progress (0: one greedy "
+        "session a task)",
+        min=0,
+        max=64,
+    )
     benchmark_every: int = _f(
         0,
         "also score the benchmark every k RL steps during the run, "

@@ -137,6 +137,7 @@ class Benchmark(Event):
     suite: str
     score: float
     tasks: int
+    samples: int = 0  # draws a task at the rollout temperature (0: greedy, one a task)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,6 +1,8 @@
-"""The held-out benchmark of a real run: greedy (the run's own score, a ``benchmark``
-event) or sampled (the policy's expected progress, a reading aside). Its progress, tasks
-done of all, is reported as ``phase_progress`` events named :data:`PHASE`."""
+"""The held-out benchmark of a real run: greedy, or sampled (the policy's expected
+progress). :func:`run_benchmark` is the run's own score (``rollout.benchmark_samples``
+draws a task, a ``benchmark`` event); :func:`benchmark` scores without an event (a reading
+aside). Its progress, tasks done of all, is reported as ``phase_progress`` events named
+:data:`PHASE`."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ async def benchmark(
     """Mean progress on the held-out split, played by the policy behind ``router`` with
     the run's tokenizer and harness limits (``sessions``).
 
-    ``samples=0`` (the run's own benchmark): greedy, one session per task. ``samples=K``:
+    ``samples=0``: greedy, one session per task. ``samples=K``:
     K sessions per task sampled at ``rollout.temperature``, the policy's *expected*
     progress. A greedy score jumps wherever an argmax flips, so two nearly equal
     policies can score far apart; the sampled score moves with the probabilities. The
@@ -78,14 +80,23 @@ async def benchmark(
     report()
     scores = await asyncio.gather(*(one(k, d) for k, d in draws))
     score = round(sum(scores) / len(draws), 4)
-    if not samples:  # the run's benchmark event; a sampled re-score is a reading aside
-        sink.emit(
-            ev.Benchmark(
-                t=clock(),
-                step=version,
-                suite=f"{cfg.rollout.suite}-{cfg.rollout.size}",
-                score=score,
-                tasks=n,
-            )
+    return score
+
+
+async def run_benchmark(sessions: SessionFactory, router: Router, version: int) -> float:
+    """The run's own benchmark of ``version``: ``rollout.benchmark_samples`` draws a task
+    (0: greedy), emitted as a ``benchmark`` event at that step."""
+    cfg = sessions.cfg
+    samples = cfg.rollout.benchmark_samples
+    score = await benchmark(sessions, router, version, samples=samples)
+    sessions.sink.emit(
+        ev.Benchmark(
+            t=sessions.clock(),
+            step=version,
+            suite=f"{cfg.rollout.suite}-{cfg.rollout.size}",
+            score=score,
+            tasks=cfg.rollout.benchmark_tasks,
+            samples=samples,
         )
+    )
     return score

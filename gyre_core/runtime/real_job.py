@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 from gyre_core import events as ev
 from gyre_core.cluster import IDLE, ROLLOUT
 from gyre_core.config import RunConfig
-from gyre_core.runtime.benchmark import benchmark
+from gyre_core.runtime.benchmark import run_benchmark
 from gyre_core.runtime.calibrate import write_calibration
 from gyre_core.runtime.loop import Loop, UnitSlot
 from gyre_core.runtime.midrun_bench import BenchmarkEvery
@@ -142,7 +142,7 @@ async def _run(
             f"{warm.warm_start_s:.0f} s" + (" (cached)" if warm.warm_start_cached else ""))  # fmt: skip
 
     midrun = BenchmarkEvery(
-        cfg.rollout.benchmark_every, cfg.steps, lambda r, v: benchmark(factory, r, v), say
+        cfg.rollout.benchmark_every, cfg.steps, lambda r, v: run_benchmark(factory, r, v), say
     )
 
     def on_step(
@@ -161,7 +161,7 @@ async def _run(
     router.on_migrate = factory.migrated
     await loop.bring_up(roles)  # every unit in its initial role, engines on current weights
     first = trainer.version  # 0, or where a resumed run continues
-    before = await benchmark(factory, router, first)
+    before = await run_benchmark(factory, router, first)
     say(f"benchmark before: {before:.3f}")
     cancelled = False
     loop_start = clock()  # calibration compares the simulator with the loop's time
@@ -173,7 +173,7 @@ async def _run(
         await midrun.finish()
     if not cancelled:
         await loop.ensure_engine()  # the final benchmark needs one: a trainer comes back
-        after = await benchmark(factory, router, trainer.version)
+        after = await run_benchmark(factory, router, trainer.version)
         say(f"benchmark after: {after:.3f}")
     for s in slots:
         with contextlib.suppress(Exception):  # a dead unit is already gone
