@@ -24,6 +24,7 @@ import json
 import platform
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +45,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     data = yaml.safe_load(Path(args.config).read_text())
     apply_overrides(data, tuple(args.set))
     cfg = RunConfig.from_dict(data)
-    t = cfg.train
-    t.warm_start_cache, t.warm_start_from = "", ""
+    t = replace(cfg.train, warm_start_cache="", warm_start_from="")
+    cfg = replace(cfg, train=t)
     cap = args.steps or t.warm_start_steps
     if cap < 1:
         raise SystemExit("no warm start to run: give --steps or train.warm_start_steps")
@@ -61,7 +62,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     router = Router({"local": TorchEngine(trainer.model)})  # the trained weights, in place
     while len(losses) < cap:
         want = min(len(losses) + every, cap)
-        t.warm_start_steps = want
+        factory.cfg = replace(cfg, train=replace(t, warm_start_steps=want))
         losses += await factory.warm_start(trainer, first_step=len(losses), anneal=False)
         curve[len(losses)] = await report(factory, router, losses, t0)
         if len(losses) < want:  # train.warm_start_until_loss ended it (checked per chunk)

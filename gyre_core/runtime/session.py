@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors.torch import load_file
@@ -17,14 +18,13 @@ from gyre_core import events as ev
 from gyre_core.config import RunConfig
 from gyre_core.envs import repo_suite
 from gyre_core.rollout.agents import ModelAgent, ScriptedAgent
-from gyre_core.rollout.harness import HarnessConfig, run_session
+from gyre_core.rollout.harness import run_session
 from gyre_core.rollout.router import Router
 from gyre_core.rollout.task_env import make_env
 from gyre_core.runtime import warm_cache
 from gyre_core.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from gyre_core.train.trainer import Behaviour, Trainer, TrainerConfig
+from gyre_core.train.trainer import Trainer
 from gyre_core.trajectory.format import Rollout, read_rollouts
-from gyre_core.trajectory.rewards import AdvantageMode
 from gyre_core.trajectory.stats import tree_stats
 from gyre_core.trajectory.tree import PrefixTree, build_trees
 from gyre_core.trajectory.writer import write_rollouts
@@ -73,32 +73,13 @@ def _task_index(cfg: RunConfig, k: int) -> int:
     return k * len(repo_suite.SIZES) + repo_suite.SIZES.index(cfg.rollout.size)
 
 
-def trainer_config(cfg: RunConfig) -> TrainerConfig:
-    """The trainer's settings of a run (its ``weighting`` is what the tree browser shows)."""
-    t = cfg.train
-    return TrainerConfig(
-        lr=t.lr, max_grad_norm=t.max_grad_norm, clip_low=t.clip_low, clip_high=t.clip_high,
-        kl_coef=t.kl_coef, max_tokens=t.max_tokens, normalise_std=t.normalise_std,
-        advantage_mode=cast("AdvantageMode", t.advantage_mode),
-        behaviour=cast("Behaviour", t.behaviour),
-        staleness_bound=cfg.scheduler.staleness_bound, seed=cfg.seed,
-    )  # fmt: skip
-
-
 class SessionFactory:
     def __init__(self, cfg: RunConfig, model_dir: Path, sink: ev.EventSink,
                  clock: Callable[[], float]) -> None:  # fmt: skip
         self.cfg, self.model_dir, self.sink, self.clock = cfg, model_dir, sink, clock
         self.hints = cfg.rollout.hints == "status"
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        r = cfg.rollout
-        self.harness = HarnessConfig(
-            max_turns=r.max_turns, context_budget=r.context_budget,
-            max_new_tokens=r.max_new_tokens, temperature=r.temperature,
-            time_budget_s=r.time_budget_s or None, token_budget=r.token_budget,
-            tool_time_scale=r.tool_time_scale,
-        )  # fmt: skip
-        self.trainer_config = trainer_config(cfg)
+        self.harness = cfg.rollout  # the sessions' budgets
         self.migrations = 0
         self.rollouts_done = 0
         self.tokens_per_call = 0
@@ -116,7 +97,7 @@ class SessionFactory:
         ref = None
         if self.cfg.train.kl_coef > 0:
             ref = AutoModelForCausalLM.from_pretrained(str(self.model_dir), dtype=torch.float32)
-        return Trainer(model, self.trainer_config, ref)
+        return Trainer.for_run(model, self.cfg, ref)
 
     # ------------------------------------------------------------------ sessions
 
@@ -176,7 +157,7 @@ class SessionFactory:
         if samples < 0:
             raise ValueError(f"samples must be >= 0, got {samples}")
         temperature = self.harness.temperature if samples else 0.0
-        harness = HarnessConfig(**{**_fields(self.harness), "temperature": temperature})
+        harness = replace(self.harness, temperature=temperature)
         n = self.cfg.rollout.benchmark_tasks
 
         async def one(k: int, draw: int) -> float:
@@ -412,10 +393,6 @@ class SessionFactory:
         if not self.step_at or self.first_rollout_at is None:
             return 0.0
         return round((self.step_at[-1] - self.first_rollout_at) / len(self.step_at), 3)
-
-
-def _fields(h: HarnessConfig) -> dict[str, Any]:
-    return {k: getattr(h, k) for k in h.__dataclass_fields__}
 
 
 def dumps(obj: Any) -> str:
