@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from gyre_core.config import TrainConfig
+from gyre_core.config import RunConfig
 from gyre_core.events import storable_text
 from gyre_core.trajectory.format import Rollout, TrajectoryFormatError, read_rollouts
 from gyre_core.trajectory.rewards import Weighting
@@ -57,13 +57,10 @@ __all__ = [
 
 
 def run_weighting(config: Mapping[str, Any]) -> Weighting:
-    """The weighting a run's trainer uses, from its config snapshot (``RunConfig.to_dict``):
-    ``train.advantage_mode`` and ``train.normalise_std``, ``TrainConfig``'s defaults where a
-    snapshot lacks them (an import into a simulated run, say)."""
-    train = config.get("train") or {}
-    default = TrainConfig()
-    mode = str(train.get("advantage_mode", default.advantage_mode))
-    return Weighting(mode, bool(train.get("normalise_std", default.normalise_std)))
+    """The weighting a run's trainer uses: that of the ``train`` section of its config
+    snapshot (``RunConfig.to_dict``), rebuilt by ``RunConfig.from_dict`` as the run's worker
+    rebuilds it (a snapshot that is refused raises its ``ConfigError``)."""
+    return RunConfig.from_dict(dict(config)).train.weighting
 
 
 def path_key(ordinals: list[int]) -> str:
