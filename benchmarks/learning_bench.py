@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +99,7 @@ def bench_curve(
 
     cfg = load_config(cfg_path)
     if tasks:
-        cfg.rollout.benchmark_tasks = tasks
+        cfg = replace(cfg, rollout=replace(cfg.rollout, benchmark_tasks=tasks))
     model_dir = make_model_dir(cfg, workdir)
     factory = SessionFactory(cfg, model_dir, NullSink(), lambda: 0.0)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)

@@ -26,6 +26,7 @@ from safetensors.torch import load_file, save_file
 from gyre_core import events as ev
 from gyre_core.cluster import IDLE, ROLLOUT
 from gyre_core.config import RunConfig
+from gyre_core.rollout.engine import ENGINES
 from gyre_core.runtime.benchmark import run_benchmark
 from gyre_core.runtime.calibrate import write_calibration
 from gyre_core.runtime.loop import Loop, UnitSlot
@@ -52,10 +53,7 @@ def run_real(
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     say = progress or (lambda _line: None)
-    if cfg.model.engine == "vllm":  # before any work: say how to build the venv if missing
-        from gyre_core.runtime.vllm_unit import check_vllm_env
-
-        check_vllm_env()
+    ENGINES[cfg.model.engine].check()  # before any work: say what to install if missing
     t_start = time.perf_counter()
 
     def clock() -> float:  # the run's clock: seconds since it began (the events' t)
@@ -152,7 +150,7 @@ async def _run(
         midrun.after_step(trainer.model, trainer.version)
 
     loop = Loop(policy=policy, units=slots, router=router, trainer=trainer,
-                trainer_config=factory.trainer_config.to_dict(), sink=sink, clock=clock,
+                run_config=cfg, sink=sink, clock=clock,
                 start_session=lambda i: factory.session(i, router, loop), total=total,
                 per_step=per_step, steps=cfg.steps, staleness=cfg.scheduler.staleness_bound,
                 drain_s=cfg.scheduler.drain_deadline_s, on_step=on_step, ready=ready,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -19,12 +19,11 @@ from gyre_core import events as ev
 from gyre_core.config import RunConfig
 from gyre_core.envs import repo_suite
 from gyre_core.rollout.agents import ModelAgent
-from gyre_core.rollout.harness import HarnessConfig, run_session
+from gyre_core.rollout.harness import run_session
 from gyre_core.rollout.router import Router
 from gyre_core.rollout.task_env import make_env
-from gyre_core.train.trainer import Behaviour, Trainer, TrainerConfig
+from gyre_core.train.trainer import Trainer
 from gyre_core.trajectory.format import Rollout
-from gyre_core.trajectory.rewards import AdvantageMode
 
 if TYPE_CHECKING:
     from gyre_core.runtime.loop import Loop
@@ -81,18 +80,6 @@ def task_index(cfg: RunConfig, k: int) -> int:
     return k * len(repo_suite.SIZES) + repo_suite.SIZES.index(cfg.rollout.size)
 
 
-def trainer_config(cfg: RunConfig) -> TrainerConfig:
-    """The trainer's settings of a run (its ``weighting`` is what the tree browser shows)."""
-    t = cfg.train
-    return TrainerConfig(
-        lr=t.lr, max_grad_norm=t.max_grad_norm, clip_low=t.clip_low, clip_high=t.clip_high,
-        kl_coef=t.kl_coef, max_tokens=t.max_tokens, normalise_std=t.normalise_std,
-        advantage_mode=cast("AdvantageMode", t.advantage_mode),
-        behaviour=cast("Behaviour", t.behaviour),
-        staleness_bound=cfg.scheduler.staleness_bound, seed=cfg.seed,
-    )  # fmt: skip
-
-
 class SessionFactory:
     """Makes the run's agent sessions (rollout ``idx`` on its training task, with its
     sampling seed and reward kind) and holds what the warm start and the benchmark play
@@ -103,14 +90,7 @@ class SessionFactory:
         self.cfg, self.model_dir, self.sink, self.clock = cfg, model_dir, sink, clock
         self.hints = cfg.rollout.hints == "status"
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        r = cfg.rollout
-        self.harness = HarnessConfig(
-            max_turns=r.max_turns, context_budget=r.context_budget,
-            max_new_tokens=r.max_new_tokens, temperature=r.temperature,
-            time_budget_s=r.time_budget_s or None, token_budget=r.token_budget,
-            tool_time_scale=r.tool_time_scale,
-        )  # fmt: skip
-        self.trainer_config = trainer_config(cfg)
+        self.harness = cfg.rollout  # the sessions' budgets
         self.migrations = 0
         self.rollouts_done = 0
         self.first_rollout_at: float | None = None  # when the first session started
@@ -120,7 +100,7 @@ class SessionFactory:
         ref = None
         if self.cfg.train.kl_coef > 0:
             ref = AutoModelForCausalLM.from_pretrained(str(self.model_dir), dtype=torch.float32)
-        return Trainer(model, self.trainer_config, ref)
+        return Trainer.for_run(model, self.cfg, ref)
 
     def _group(self, idx: int) -> tuple[int, str, int]:
         g = self.cfg.rollout.group_size

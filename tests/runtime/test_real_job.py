@@ -197,8 +197,7 @@ def test_index_batch_order_trains_each_steps_own_rollouts(ray_cluster, model_dir
 
 
 def test_benchmark_every_scores_versions_during_the_run(ray_cluster, model_dir, tmp_path):
-    cfg = _cfg(model_dir)
-    cfg.rollout.benchmark_every = 1
+    cfg = _cfg(model_dir, rollout={**BASE["rollout"], "benchmark_every": 1})
     sink = ListSink()
     out = run_job(cfg, sink=sink, workdir=tmp_path)
     assert sorted(e.step for e in sink.events if e.kind == "benchmark") == [0, 1, 2]

@@ -184,13 +184,14 @@ def _hasty(model_dir, k: int, skip: float) -> tuple[list[str], float, object]:  
     from transformers import AutoTokenizer
 
     from gyre_core.rollout.agents import ScriptedAgent
-    from gyre_core.rollout.harness import HarnessConfig, run_session
+    from gyre_core.rollout.harness import run_session
     from gyre_core.rollout.task_env import make_env
+    from tests.rollout.budgets import session_config
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     env = make_env("repo", "train", 3 * k, seed=k, hints=True)  # short tasks
     agent = ScriptedAgent(env, tok, skip_check=skip, seed=k)
-    r = asyncio.run(run_session(env, agent, tok, HarnessConfig(max_turns=60), rollout_id=f"h{k}"))
+    r = asyncio.run(run_session(env, agent, tok, session_config(max_turns=60), rollout_id=f"h{k}"))
     actions = [tok.decode(c.completion_ids).strip() for c in r.calls]
     return actions, r.progress, env
 
@@ -387,8 +388,9 @@ def test_warm_start_from_a_weights_file(model_dir, tmp_path) -> None:  # type: i
 def test_advantage_settings_reach_the_trainer(model_dir) -> None:  # type: ignore[no-untyped-def]
     d = {**LEARN, "model": {"checkpoint": str(model_dir)},
          "train": {"advantage_mode": "per_path", "normalise_std": True}}  # fmt: skip
-    tc = SessionFactory(RunConfig.from_dict(d), model_dir, ListSink(), lambda: 0.0).trainer_config
-    assert (tc.advantage_mode, tc.normalise_std) == ("per_path", True)
+    factory = SessionFactory(RunConfig.from_dict(d), model_dir, ListSink(), lambda: 0.0)
+    weighting = factory.make_trainer().config.weighting
+    assert (weighting.mode, weighting.normalise_std) == ("per_path", True)
     assert RunConfig().train.advantage_mode == "once"
     with pytest.raises(ConfigError) as err:
         RunConfig.from_dict({"train": {"advantage_mode": "sum"}})
