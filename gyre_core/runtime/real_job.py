@@ -138,6 +138,11 @@ async def _run(
         say(f"warm start done: {len(losses)} steps, last loss "
             f"{losses[-1] if losses else float('nan'):.3f}, "
             f"{warm.warm_start_s:.0f} s" + (" (cached)" if warm.warm_start_cached else ""))  # fmt: skip
+        if warm.missed_target is not None:
+            say(f"warning: the warm start did not reach train.warm_start_until_loss "
+                f"{cfg.train.warm_start_until_loss}: its last 20 steps averaged "
+                f"{warm.missed_target:.3f}; RL may not learn from it "
+                f"(raise train.warm_start_steps)")  # fmt: skip
 
     midrun = BenchmarkEvery(
         cfg.rollout.benchmark_every, cfg.steps, lambda r, v: run_benchmark(factory, r, v), say

@@ -166,6 +166,7 @@ class StepBooks:
             else None,
             "warm_start_steps": len(warm.warm_start_losses),
             "warm_start_cached": warm.warm_start_cached or None,
+            "warm_start_missed_target": warm.missed_target,
             "rl_wall_s": self._rl_wall_s(first),
             "switch_mode": self.cfg.scheduler.switch_mode,
         }

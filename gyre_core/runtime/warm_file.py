@@ -28,7 +28,7 @@ from gyre_core.rollout.router import Router
 from gyre_core.rollout.torch_engine import TorchEngine
 from gyre_core.runtime.benchmark import benchmark
 from gyre_core.runtime.session import SessionFactory, make_model_dir
-from gyre_core.runtime.warm_start import WarmStart
+from gyre_core.runtime.warm_start import WarmStart, tokenizer_hash
 
 
 def write_warm_start(
@@ -109,6 +109,8 @@ async def _warm(
     return {
         "steps": len(losses),
         "anneal_from": main_steps,
+        "missed_target": warm.missed_target,
+        "tokenizer_sha256": tokenizer_hash(sessions.model_dir),
         "losses": [round(x, 5) for x in losses],
         "benchmark_by_step": curve,
     }

@@ -6,6 +6,7 @@ identical earlier warm start from the cache, runtime/warm_cache.py, or the weigh
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -39,6 +40,9 @@ class WarmStart:
         self.warm_start_s = 0.0
         self.warm_start_losses: list[float] = []
         self.warm_start_cached = ""  # the cache entry the warm start was loaded from
+        # The mean loss of its last 20 steps when the supervised part ran to its cap above
+        # ``train.warm_start_until_loss`` (None: it reached the target, or has none).
+        self.missed_target: float | None = None
 
     async def run(
         self, trainer: Trainer, first_step: int = 0, *, anneal: bool = True, stop: int = 0
@@ -63,6 +67,7 @@ class WarmStart:
             meta = warm_cache.load(folder, trainer)
             if meta is not None:
                 self.warm_start_s, self.warm_start_losses = meta["seconds"], meta["losses"]
+                self.missed_target = meta.get("missed_target")
                 self.warm_start_cached = str(folder)
                 return list(meta["losses"])
         t0 = self.clock()
@@ -73,7 +78,8 @@ class WarmStart:
         self.warm_start_s = round(self.clock() - t0, 2)
         self.warm_start_losses = losses
         if folder is not None:
-            warm_cache.store(folder, trainer, {"seconds": self.warm_start_s, "losses": losses})
+            meta = {"seconds": self.warm_start_s, "losses": losses}
+            warm_cache.store(folder, trainer, {**meta, "missed_target": self.missed_target})
         return losses
 
     async def anneal(self, trainer: Trainer, first_step: int) -> list[float]:
@@ -112,6 +118,8 @@ class WarmStart:
         for g in trainer.optimizer.param_groups:
             g["lr"] = lr
         losses: list[float] = []
+        if phase == PHASE:
+            self.missed_target = None
         base = start if phase == ANNEAL_PHASE else 0
         every = max(1, min(REPORT_EVERY, (stop - base) // 10))
         self._report(phase, start - base, stop - base, losses, until_loss)
@@ -136,8 +144,12 @@ class WarmStart:
                     phase, step + 1 - base, stop - base, losses, until_loss, "target reached"
                 )
                 break
+            missed = bool(until_loss) and step + 1 == stop >= t.warm_start_steps  # at its cap
+            if missed:
+                self.missed_target = round(sum(recent) / len(recent), 4)
             if (step + 1 - base) % every == 0 or step + 1 == stop:
-                self._report(phase, step + 1 - base, stop - base, losses, until_loss)
+                note = "target NOT reached: raise train.warm_start_steps" if missed else ""
+                self._report(phase, step + 1 - base, stop - base, losses, until_loss, note)
         for g, old in zip(trainer.optimizer.param_groups, rl_lr, strict=True):
             g["lr"] = old
         trainer.version = 0  # the warm-started weights are the RL run's version 0
@@ -175,8 +187,19 @@ class WarmStart:
                              f"(model.* settings): {str(e).splitlines()[0]}") from None  # fmt: skip
         meta_path = path.with_suffix(".json")
         meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+        want = meta.get("tokenizer_sha256")
+        if want and want != tokenizer_hash(self.model_dir):  # same shapes, other token ids
+            raise ValueError(f"train.warm_start_from: {path} was trained with another tokenizer "
+                             f"than this run's (model.tokenizer, model.* settings)")  # fmt: skip
+        self.missed_target = meta.get("missed_target")
         self.warm_start_s = float(meta.get("seconds", 0.0))
         self.warm_start_losses = [float(x) for x in meta.get("losses", [])]
         self.warm_start_cached = str(path)
         trainer.version = 0
         return list(self.warm_start_losses)
+
+
+def tokenizer_hash(model_dir: Path) -> str:
+    """The sha256 of a model folder's ``tokenizer.json``: a warm-start file records the
+    tokenizer its token ids mean, and a run with another one refuses the file."""
+    return hashlib.sha256((Path(model_dir) / "tokenizer.json").read_bytes()).hexdigest()

@@ -422,4 +422,25 @@ def test_a_warm_start_reports_its_steps_as_phase_progress(model_dir) -> None:  #
         ("warm start (anneal)", k, 2) for k in range(3)
     ]
     last = sink.of(PhaseProgress)[4]
-    assert last.message.startswith("loss ") and last.message.endswith("(target 0.01)")
+    assert last.message.startswith("loss ") and "(target 0.01)" in last.message
+
+
+def test_a_warm_start_that_misses_its_target_says_so(model_dir) -> None:  # type: ignore[no-untyped-def]
+    def run(until: float, steps: int = 3) -> tuple[WarmStart, ListSink]:
+        d = {**LEARN, "model": {"checkpoint": str(model_dir)},
+             "train": {**LEARN["train"], "warm_start_steps": steps,
+                       "warm_start_until_loss": until, "warm_start_cache": ""}}  # fmt: skip
+        sink = ListSink()
+        factory = SessionFactory(RunConfig.from_dict(d), model_dir, sink, lambda: 0.0)
+        warm = WarmStart(factory)
+        asyncio.run(warm.run(factory.make_trainer()))
+        return warm, sink
+
+    missed, sink = run(1e-6)  # no loss gets there in 3 steps
+    assert missed.missed_target is not None and missed.missed_target > 1e-6
+    last = [e for e in sink.events if e.kind == "phase_progress" and e.phase == "warm start"][-1]
+    assert "NOT reached" in last.message and last.done == last.total == 3
+    reached, _ = run(1e6, steps=22)  # the first full window of 20 steps is under it
+    assert reached.missed_target is None
+    none, _ = run(0.0)  # no target: nothing to miss
+    assert none.missed_target is None
