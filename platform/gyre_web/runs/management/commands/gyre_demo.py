@@ -49,13 +49,16 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
-        parser.add_argument("--config", default=str(REPO / "configs" / "demo-elastic.yaml"))
+        parser.add_argument("--config", default=str(REPO / "configs" / "demo.yaml"))
         parser.add_argument("--exit-when-done", action="store_true")
         parser.add_argument("--no-run", action="store_true", help="serve only; launch nothing")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         signal.signal(signal.SIGTERM, _on_signal)
         config = yaml.safe_load(Path(opts["config"]).read_text(encoding="utf-8"))
+        train = config.get("train") or {}
+        if train.get("warm_start_from") and not Path(train["warm_start_from"]).is_absolute():
+            train["warm_start_from"] = str(REPO / train["warm_start_from"])  # the shipped file
         services.validate_config(config)  # a bad demo config fails before anything starts
         call_command("migrate", interactive=False, verbosity=0)
         experiment = self._demo_account()
@@ -153,7 +156,11 @@ def _describe(kind: str, data: dict[str, Any]) -> str:
         return (f"step {data.get('step')}: reward {m.get('reward', 0):.3f}, "
                 f"loss {m.get('loss', 0):.4f}, dedup {m.get('dedup_ratio', 0):.2f}x")  # fmt: skip
     if kind == "benchmark":
-        return f"benchmark {data.get('suite')} at step {data.get('step')}: {data.get('score')}"
+        k = int(data.get("samples") or 0)
+        how = f"{k} sampled sessions a task" if k else "greedy"
+        return (
+            f"benchmark {data.get('suite')} at step {data.get('step')}: {data.get('score')} ({how})"
+        )
     if kind == "role_change" and data.get("to_role") != "switching":
         return f"unit {data.get('unit')}: {data.get('from_role')} -> {data.get('to_role')}"
     if kind == "phase_progress":  # model build, engine start, warm start, benchmark
