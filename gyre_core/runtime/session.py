@@ -42,14 +42,14 @@ def make_model_dir(cfg: RunConfig, workdir: Path) -> Path:
     out = workdir / "model"
     if not (out / "config.json").exists():
         from gyre_core.models.init import init_checkpoint
+        from gyre_core.models.shape import ModelShape
 
         h = cfg.model.hidden_size  # kv_heads divides the heads: RunConfig.from_dict checks
-        init_checkpoint(out, vocab_size=1024, layers=cfg.model.layers, hidden=h,
-                        heads=max(1, h // 32), kv_heads=cfg.model.kv_heads, head_dim=32,
-                        intermediate=2 * h,
-                        max_positions=4096, seed=cfg.seed, overwrite=True,
-                        corpus=tokenizer_corpus(cfg),
-                        tie_embeddings=cfg.model.tie_embeddings)  # fmt: skip
+        shape = ModelShape(vocab_size=1024, layers=cfg.model.layers, hidden=h,
+                           heads=max(1, h // 32), kv_heads=cfg.model.kv_heads, head_dim=32,
+                           intermediate=2 * h, max_positions=4096,
+                           tie_embeddings=cfg.model.tie_embeddings)  # fmt: skip
+        init_checkpoint(out, shape, seed=cfg.seed, overwrite=True, corpus=tokenizer_corpus(cfg))
     return out
 
 
