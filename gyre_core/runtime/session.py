@@ -69,7 +69,8 @@ def tokenizer_corpus(cfg: RunConfig) -> list[str] | None:
 
 
 def _task_index(cfg: RunConfig, k: int) -> int:
-    """The ``k``-th task of the configured size (make_env cycles sizes by index)."""
+    """The ``k``-th task of the configured size (make_env cycles the repo suite's sizes by
+    index; any index >= 0 is a task of every suite, the coding suite's pool wrapping)."""
     return k * len(repo_suite.SIZES) + repo_suite.SIZES.index(cfg.rollout.size)
 
 
