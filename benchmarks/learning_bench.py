@@ -25,38 +25,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from gyre_core.cli.common import apply_overrides
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def apply_overrides(data: dict[str, Any], sets: tuple[str, ...]) -> None:
-    """Apply ``section.field=value`` overrides (the value parsed as YAML) to a config dict."""
-    for item in sets:
-        key, eq, raw = item.partition("=")
-        if not eq or not key:
-            raise SystemExit(f"--set wants section.field=value, got {item!r}")
-        *parents, leaf = key.split(".")
-        node = data
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise SystemExit(f"--set {item!r}: {part!r} is not a section")
-        value = yaml.safe_load(raw)
-        if isinstance(value, str):  # YAML 1.1 reads 1e-3 as a string
-            with contextlib.suppress(ValueError):
-                value = float(value)
-        node[leaf] = value
 
 
 def run_one(
@@ -101,7 +84,7 @@ def bench_curve(
     ``rollout.benchmark_tasks`` (the first of them are the run's own), and version 0 too
     when the run started from ``train.warm_start_from``. ``samples`` > 0 scores the mean
     of that many sampled sessions a task instead of one greedy one
-    (``SessionFactory.benchmark``)."""
+    (``gyre_core.runtime.benchmark``)."""
     import torch
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
@@ -110,12 +93,13 @@ def bench_curve(
     from gyre_core.events import NullSink
     from gyre_core.rollout.router import Router
     from gyre_core.rollout.torch_engine import TorchEngine
+    from gyre_core.runtime.benchmark import benchmark
     from gyre_core.runtime.session import SessionFactory, make_model_dir
     from gyre_core.train.checkpoint import checkpoints
 
     cfg = load_config(cfg_path)
     if tasks:
-        cfg.rollout.benchmark_tasks = tasks
+        cfg = replace(cfg, rollout=replace(cfg.rollout, benchmark_tasks=tasks))
     model_dir = make_model_dir(cfg, workdir)
     factory = SessionFactory(cfg, model_dir, NullSink(), lambda: 0.0)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
@@ -128,7 +112,7 @@ def bench_curve(
             continue
         model.load_state_dict(load_file(str(path)))
         router = Router({"local": TorchEngine(model)})
-        curve[version] = asyncio.run(factory.benchmark(router, version, samples=samples))
+        curve[version] = asyncio.run(benchmark(factory, router, version, samples=samples))
     return curve
 
 

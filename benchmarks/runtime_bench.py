@@ -11,6 +11,7 @@ import argparse
 import json
 import resource
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from gyre_core.config import load_config
@@ -36,9 +37,14 @@ def main() -> int:
     for name in args.policies.split(","):
         policy, _, mode = name.partition("-")
         cfg = load_config(ROOT / "configs" / f"demo-{policy}.yaml")
-        cfg.steps = args.steps
-        cfg.scheduler.switch_mode = mode or "migrate"
-        cfg.model.checkpoint = str(model) if (model / "config.json").exists() else ""
+        cfg = replace(
+            cfg,
+            steps=args.steps,
+            scheduler=replace(cfg.scheduler, switch_mode=mode or "migrate"),
+            model=replace(
+                cfg.model, checkpoint=str(model) if (model / "config.json").exists() else ""
+            ),
+        )
         work = ROOT / ".data" / "bench" / name
         out = run_job(cfg, sink=NullSink(), workdir=work)
         if not cfg.model.checkpoint and (work / "model").exists() and not model.exists():

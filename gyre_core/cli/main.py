@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from gyre_core import __version__
-from gyre_core.cli import model, run, sim, traj
+from gyre_core.cli import model, run, sim, traj, warm_start
 
 
 class CliError(Exception):
@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.register(groups)
     model.register(groups)
     run.register(groups)
+    warm_start.register(groups)
     return parser
 
 

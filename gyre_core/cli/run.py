@@ -46,7 +46,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load(path: str) -> Any:
+def load(path: str) -> Any:
     try:
         return load_config(path)
     except ConfigError as exc:
@@ -56,12 +56,12 @@ def _load(path: str) -> Any:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    cfg = _load(args.file)
+    cfg = load(args.file)
     print(f"{args.file}: ok (policy {cfg.policy}, {cfg.steps} steps, backend {cfg.backend})")
     return 0
 
 
-class _Progress:
+class Progress:
     """One status line per event worth showing, on stderr (stdout stays for the summary)."""
 
     def __init__(self) -> None:
@@ -76,9 +76,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gyre_core.runtime import run_job
     from gyre_core.runtime.progress import ProgressSink
 
-    cfg = _load(args.config)
+    cfg = load(args.config)
     workdir = Path(args.workdir or Path(".data") / "runs" / cfg.name)
-    progress = _Progress()
+    progress = Progress()
     sinks: list[Any] = [ProgressSink(progress), ListSink()]
     fh = open(args.events, "a", encoding="utf-8") if args.events else None  # noqa: SIM115
     if fh:

@@ -10,6 +10,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from gyre_core.cli.common import positive_int
+from gyre_core.config import TrainConfig
 from gyre_core.trajectory.format import read_rollouts
 from gyre_core.trajectory.pack import pack_trees
 from gyre_core.trajectory.rewards import ADVANTAGE_MODES, assign_weights
@@ -34,7 +35,8 @@ def register(groups: Sub) -> None:
     k.add_argument("file")
     k.add_argument("--max-tokens", type=positive_int, required=True, help="tokens per sample")
     k.add_argument("--out", required=True, help="output JSONL, one sample a line")
-    k.add_argument("--advantage-mode", choices=ADVANTAGE_MODES, default="once")
+    k.add_argument("--advantage-mode", choices=ADVANTAGE_MODES,
+                   default=TrainConfig().advantage_mode)  # fmt: skip
     k.add_argument("--normalise-std", action="store_true", help="divide advantages by group std")
     k.add_argument("--json", action="store_true")
     k.set_defaults(func=cmd_pack)

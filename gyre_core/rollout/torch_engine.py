@@ -196,6 +196,12 @@ class TorchEngine:
     async def load(self) -> EngineLoad:
         return EngineLoad(running=len(self._running), waiting=len(self._waiting))
 
+    def close(self) -> None:
+        """Ends the background loop (an engine made for one job: nothing must be waiting)."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
     # ------------------------------------------------------------------ background loop
 
     def _get_lock(self) -> asyncio.Lock:
@@ -393,6 +399,36 @@ class TorchEngine:
         tie: Any = getattr(self._model, "tie_weights", None)
         if missing and tie is not None:
             tie()
+
+
+class TorchHost:
+    """A unit's rollout role served in process (``model.engine: torch``, an
+    :class:`~gyre_core.rollout.engine.EngineHost`): a ``TorchEngine`` on the checkpoint's
+    model, with the weights it is given."""
+
+    def __init__(self, checkpoint: str) -> None:
+        self.checkpoint = checkpoint
+        self.engine: TorchEngine | None = None
+
+    async def start(self, state: dict[str, Any] | None, version: int,
+                    max_batch: int) -> TorchEngine:  # fmt: skip
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(self.checkpoint, dtype=torch.float32)
+        if state is not None:
+            model.load_state_dict(state, strict=False)
+            model.tie_weights()
+        self.engine = TorchEngine(model, version=version, max_batch=max_batch)
+        return self.engine
+
+    async def publish(self, state: dict[str, Any], version: int) -> None:
+        if self.engine is not None:
+            await self.engine.pause()
+            await self.engine.publish(state, version)
+            await self.engine.resume()
+
+    async def stop(self) -> None:
+        self.engine = None
 
 
 def _kv(cache: DynamicCache, layer: int) -> tuple[torch.Tensor, torch.Tensor]:

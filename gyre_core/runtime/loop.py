@@ -30,6 +30,7 @@ import ray
 
 from gyre_core import events as ev
 from gyre_core.cluster import IDLE, ROLLOUT, SWITCHING, TRAIN
+from gyre_core.config import RunConfig
 from gyre_core.rollout.router import Router
 from gyre_core.runtime.inventory import read_inventory
 from gyre_core.runtime.ray_backend import RayEngine
@@ -40,6 +41,7 @@ from gyre_core.trajectory.tree import PrefixTree
 
 TICK_S = 0.05
 STOP_CHECK_S = 0.25
+ENGINE_START = "engine start"  # the phase_progress name of bringing the engines up
 MAX_SEQS = 16  # engine batch cap: the policy sizes rollout by it
 
 
@@ -79,13 +81,13 @@ class Loop:
     """One run's state and the actions the policy asks for (see the module docstring)."""
 
     def __init__(self, *, policy: Policy, units: list[UnitSlot], router: Router, trainer: Any,
-                 trainer_config: dict[str, Any], sink: ev.EventSink, clock: Callable[[], float],
+                 run_config: RunConfig, sink: ev.EventSink, clock: Callable[[], float],
                  start_session: Callable[[int], Any], total: int, per_step: int, steps: int,
                  staleness: int, drain_s: float, on_step: OnStep,
                  ready: list[Rollout] | None = None, pending: list[int] | None = None,
                  batch_order: str = batching.ARRIVAL) -> None:  # fmt: skip
         self.policy, self.units, self.router, self.trainer = policy, units, router, trainer
-        self.trainer_config, self.sink, self.clock = trainer_config, sink, clock
+        self.run_config, self.sink, self.clock = run_config, sink, clock
         self.start_session, self.on_step = start_session, on_step
         self.total, self.per_step, self.steps = total, per_step, steps
         self.staleness, self.drain_s, self.batch_order = staleness, drain_s, batch_order
@@ -197,8 +199,25 @@ class Loop:
     async def bring_up(self, roles: Sequence[str]) -> None:
         """Bring every unit up in its initial role (``roles``, one per unit): each loads an
         engine with the current weights and its lane starts with a rollout event, then the
-        units whose initial role is training switch to it."""
-        await asyncio.gather(*(self.start_engine(s) for s in self.units))
+        units whose initial role is training switch to it. ``phase_progress`` events
+        ("engine start") count the engines up (a vLLM server takes a while)."""
+        started = 0
+
+        def report() -> None:
+            self.sink.emit(
+                ev.PhaseProgress(
+                    t=self.clock(), phase=ENGINE_START, done=started, total=len(self.units)
+                )
+            )
+
+        async def start(slot: UnitSlot) -> None:
+            nonlocal started
+            await self.start_engine(slot)
+            started += 1
+            report()
+
+        report()
+        await asyncio.gather(*(start(s) for s in self.units))
         for s in self.units:
             self._role(s, ROLLOUT)
         for slot, role in zip(self.units, roles, strict=True):
@@ -224,7 +243,7 @@ class Loop:
             elif before == TRAIN:
                 await slot.actor.stop_trainer.remote()
             if to == TRAIN:
-                await slot.actor.start_trainer.remote(self.trainer_config, self._reference())
+                await slot.actor.start_trainer.remote(self.run_config, self._reference())
             elif to == ROLLOUT:
                 await self.start_engine(slot)
         except ray.exceptions.RayActorError:
@@ -293,7 +312,7 @@ class Loop:
             from gyre_core.train.losses import count_fresh
             from gyre_core.train.trainer import shard_by_tokens
 
-            total = count_fresh(samples, version, self.trainer.config.staleness_bound)
+            total = count_fresh(samples, version, self.trainer.staleness_bound)
             replicas = [s for s in self.units if s.role == TRAIN and not s.dead]
             self.step_units = {r.id for r in replicas}
             width = max(1, min(len(replicas), len(samples)))

@@ -24,6 +24,8 @@ class ProgressSink:
             self.write(f"benchmark {event.suite} at step {event.step}: {event.score:.3f}")
         elif isinstance(event, ev.RoleChange) and event.to_role != "switching":
             self.write(f"unit {event.unit}: {event.from_role} -> {event.to_role}")
+        elif isinstance(event, ev.PhaseProgress):
+            self.write(event.line())
         elif isinstance(event, ev.RolloutFinished):
             self.finished += 1
             if self.finished % 8 == 0:

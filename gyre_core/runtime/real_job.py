@@ -26,12 +26,17 @@ from safetensors.torch import load_file, save_file
 from gyre_core import events as ev
 from gyre_core.cluster import IDLE, ROLLOUT
 from gyre_core.config import RunConfig
+from gyre_core.rollout.engine import ENGINES
+from gyre_core.runtime.benchmark import run_benchmark
 from gyre_core.runtime.calibrate import write_calibration
 from gyre_core.runtime.loop import Loop, UnitSlot
+from gyre_core.runtime.midrun_bench import BenchmarkEvery
 from gyre_core.runtime.ray_backend import UnitActor, start_ray
 from gyre_core.runtime.session import SessionFactory, make_model_dir
+from gyre_core.runtime.step_books import StepBooks
 from gyre_core.runtime.threaded_sink import ThreadedSink
 from gyre_core.runtime.timed_router import TimedRouter
+from gyre_core.runtime.warm_start import WarmStart
 from gyre_core.scheduler.policies import policy_for
 from gyre_core.trajectory.format import Rollout, read_rollouts
 from gyre_core.trajectory.tree import PrefixTree
@@ -48,17 +53,21 @@ def run_real(
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     say = progress or (lambda _line: None)
-    if cfg.model.engine == "vllm":  # before any work: say how to build the venv if missing
-        from gyre_core.runtime.vllm_unit import check_vllm_env
+    ENGINES[cfg.model.engine].check()  # before any work: say what to install if missing
+    t_start = time.perf_counter()
 
-        check_vllm_env()
+    def clock() -> float:  # the run's clock: seconds since it began (the events' t)
+        return round(time.perf_counter() - t_start, 3)
+
     torch.manual_seed(cfg.seed)
-    model_dir = make_model_dir(cfg, workdir)
+    model_dir = make_model_dir(cfg, workdir, sink, clock)
     started_ray = start_ray(cfg.cluster.ray_address, cfg.cluster.units,
                             cfg.cluster.gpus_per_unit, cfg.cluster.object_store_mb)  # fmt: skip
     threaded = ThreadedSink(sink)  # sinks may block (database writes): keep them off the loop
     try:
-        summary = asyncio.run(_run(cfg, threaded, workdir, model_dir, should_stop, resume, say))
+        summary = asyncio.run(
+            _run(cfg, threaded, workdir, model_dir, should_stop, resume, say, clock)
+        )
     finally:  # also when the sink failed: close() never raises, so Ray always goes down
         threaded.close()
         if started_ray:
@@ -70,22 +79,25 @@ def run_real(
 REFERENCE_FILE = "reference.safetensors"  # the KL's reference when it is not the checkpoint
 
 
-async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Path,
-               should_stop: Callable[[], bool], resume: bool,
-               say: Callable[[str], None]) -> dict[str, Any]:  # fmt: skip
-    t_start = time.perf_counter()
-
-    def clock() -> float:
-        return round(time.perf_counter() - t_start, 3)
-
+async def _run(
+    cfg: RunConfig,
+    sink: ev.EventSink,
+    workdir: Path,
+    model_dir: Path,
+    should_stop: Callable[[], bool],
+    resume: bool,
+    say: Callable[[str], None],
+    clock: Callable[[], float],
+) -> dict[str, Any]:
     factory = SessionFactory(cfg, model_dir, sink, clock)
+    warm, books = WarmStart(factory), StepBooks(cfg, sink, clock)
     trainer = factory.make_trainer()
     per_step = cfg.rollout.tasks_per_step * cfg.rollout.group_size
     total = cfg.steps * per_step
     ckpt_root = workdir / "checkpoints"
     ready: list[Rollout] = []
     pending: list[int] | None = None
-    if resume and (state := factory.restore(trainer, ckpt_root)) is not None:
+    if resume and (state := books.restore(trainer, ckpt_root)) is not None:
         ready, pending = state
         reference = workdir / REFERENCE_FILE
         if trainer.ref_model is not None and reference.exists():  # the warm-started policy
@@ -115,7 +127,7 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
             if cfg.train.warm_start_from
             else f"warm start: {cfg.train.warm_start_steps} supervised steps on scripted demos"
         )
-        losses = await factory.warm_start(trainer)
+        losses = await warm.run(trainer)
         if trainer.ref_model is not None:  # the KL anchors RL to the warm start, not the init
             trainer.ref_model.load_state_dict(trainer.model.state_dict())
             # kept for a resumed run, which skips the warm start
@@ -125,15 +137,25 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
             trainer.reset_optimizer()
         say(f"warm start done: {len(losses)} steps, last loss "
             f"{losses[-1] if losses else float('nan'):.3f}, "
-            f"{factory.warm_start_s:.0f} s" + (" (cached)" if factory.warm_start_cached else ""))  # fmt: skip
+            f"{warm.warm_start_s:.0f} s" + (" (cached)" if warm.warm_start_cached else ""))  # fmt: skip
+        if warm.missed_target is not None:
+            say(f"warning: the warm start did not reach train.warm_start_until_loss "
+                f"{cfg.train.warm_start_until_loss}: its last 20 steps averaged "
+                f"{warm.missed_target:.3f}; RL may not learn from it "
+                f"(raise train.warm_start_steps)")  # fmt: skip
+
+    midrun = BenchmarkEvery(
+        cfg.rollout.benchmark_every, cfg.steps, lambda r, v: run_benchmark(factory, r, v), say
+    )
 
     def on_step(
         batch: list[Rollout], metrics: dict[str, Any], trees: dict[str, PrefixTree]
     ) -> None:
-        factory.step_done(trainer, batch, metrics, loop, ckpt_root, trees)
+        books.step_done(trainer, batch, metrics, loop, ckpt_root, trees)
+        midrun.after_step(trainer.model, trainer.version)
 
     loop = Loop(policy=policy, units=slots, router=router, trainer=trainer,
-                trainer_config=factory.trainer_config.to_dict(), sink=sink, clock=clock,
+                run_config=cfg, sink=sink, clock=clock,
                 start_session=lambda i: factory.session(i, router, loop), total=total,
                 per_step=per_step, steps=cfg.steps, staleness=cfg.scheduler.staleness_bound,
                 drain_s=cfg.scheduler.drain_deadline_s, on_step=on_step, ready=ready,
@@ -141,7 +163,8 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
     router.on_dead = loop.mark_dead
     router.on_migrate = factory.migrated
     await loop.bring_up(roles)  # every unit in its initial role, engines on current weights
-    before = await factory.benchmark(router, trainer.version)
+    first = trainer.version  # 0, or where a resumed run continues
+    before = await run_benchmark(factory, router, first)
     say(f"benchmark before: {before:.3f}")
     cancelled = False
     loop_start = clock()  # calibration compares the simulator with the loop's time
@@ -150,9 +173,10 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
         cancelled = trainer.version < cfg.steps
     finally:
         await loop.settle()
+        await midrun.finish()
     if not cancelled:
         await loop.ensure_engine()  # the final benchmark needs one: a trainer comes back
-        after = await factory.benchmark(router, trainer.version)
+        after = await run_benchmark(factory, router, trainer.version)
         say(f"benchmark after: {after:.3f}")
     for s in slots:
         with contextlib.suppress(Exception):  # a dead unit is already gone
@@ -162,7 +186,8 @@ async def _run(cfg: RunConfig, sink: ev.EventSink, workdir: Path, model_dir: Pat
                                message="cancelled by user"))  # fmt: skip
         return {"policy": cfg.policy, "backend": "real", "status": "cancelled",
                 "steps": trainer.version}  # fmt: skip
-    summary = factory.summary(loop, router, before, after, time.perf_counter() - t_start)
+    summary = books.summary(loop, router, before, after, clock(), factory, warm)
+    summary["benchmark_by_version"] = {first: before, **midrun.scores, trainer.version: after}
     (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
     write_calibration(workdir, cfg, loop, router, loop_start)  # costs.json, workload
     sink.emit(ev.RunStatus(t=clock(), status="succeeded", step=trainer.version, message=""))

@@ -22,7 +22,8 @@ from gyre_core.train.checkpoint import latest_checkpoint, load_checkpoint, save_
 from gyre_core.train.trainer import Trainer
 
 _CODE = ("envs/repo_suite.py", "rollout/agents.py", "rollout/harness.py", "rollout/task_env.py",
-         "train/trainer.py", "runtime/session.py", "trajectory/pack.py")  # fmt: skip
+         "train/trainer.py", "runtime/session.py", "runtime/warm_start.py",
+         "trajectory/pack.py")  # fmt: skip
 # Train fields the warm start never reads (supervised steps have no advantages).
 _AFTER = (
     "warm_start_cache",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gyre_core.cluster import ROLLOUT, TRAIN, async_split
+from gyre_core.registry import Registry
 from gyre_core.scheduler.base import Decision, Policy, Snapshot, can_train, idle_rollout_units
 
 if TYPE_CHECKING:  # the config takes its policy choices and elastic defaults from here
@@ -173,17 +174,8 @@ class Elastic:
 
 # A policy factory: (units, the run's scheduler section or None for the defaults) -> policy.
 PolicyFactory = Callable[[int, "SchedulerConfig | None"], Policy]
-POLICIES: dict[str, PolicyFactory] = {}
-
-
-def register_policy(name: str) -> Callable[[PolicyFactory], PolicyFactory]:
-    def add(factory: PolicyFactory) -> PolicyFactory:
-        if name in POLICIES:
-            raise ValueError(f"a policy named {name!r} is already registered")
-        POLICIES[name] = factory
-        return factory
-
-    return add
+POLICIES: Registry[PolicyFactory] = Registry("policy")
+register_policy = POLICIES.register
 
 
 @register_policy("colocate")
@@ -207,22 +199,14 @@ def _elastic(units: int, cfg: SchedulerConfig | None) -> Policy:
     )
 
 
-def _factory(name: str) -> PolicyFactory:
-    try:
-        return POLICIES[name]
-    except KeyError:
-        known = ", ".join(POLICIES)
-        raise ValueError(f"unknown policy {name!r}; expected one of {known}") from None
-
-
 def make_policy(name: str, units: int, split: tuple[int, int] | None = None) -> Policy:
     """Policy ``name`` with its defaults; ``split``: async's (rollout, train) units."""
     if split is not None and name == "async":
         return Async(*split)
-    return _factory(name)(units, None)
+    return POLICIES.lookup(name)(units, None)
 
 
 def policy_for(cfg: SchedulerConfig, units: int) -> Policy:
     """The policy a run's scheduler section configures, over ``units`` (the runtime's, the
     simulator's and calibration's one way from a config to a policy)."""
-    return _factory(cfg.policy)(units, cfg)
+    return POLICIES.lookup(cfg.policy)(units, cfg)

@@ -5,7 +5,7 @@ A checkpoint is a directory ``<root>/step-<version, 8 digits>/`` holding
 * ``model.safetensors``: the weights (also what an engine can ``publish``);
 * ``optimizer.pt``: the optimizer state (loaded with ``weights_only=True``);
 * ``rng.safetensors``: torch's CPU (and CUDA) generator states;
-* ``state.json``: policy version, trainer config, the caller's data position (an opaque
+* ``state.json``: policy version, the trainer's settings, the caller's data position (an opaque
   JSON object such as ``{"next_task": 96}``), and the Python and numpy RNG states.
 
 It is written to a hidden temporary directory beside it and renamed into place, so a crash
@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from gyre_core.train.trainer import WEIGHTS_FILE, Trainer, TrainerConfig
+from gyre_core.train.trainer import WEIGHTS_FILE, Trainer
 
 FORMAT = "gyre.checkpoint/v1"
 STATE_FILE = "state.json"
@@ -41,7 +41,7 @@ class Checkpoint:
     path: Path
     version: int
     data_position: dict[str, Any]
-    config: TrainerConfig
+    config: dict[str, Any]  # the trainer's settings() when it was written
 
 
 def rng_state() -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
@@ -97,7 +97,7 @@ def save_checkpoint(
     state = {
         "format": FORMAT,
         "version": trainer.version,
-        "config": trainer.config.to_dict(),
+        "config": trainer.settings(),
         "data_position": position,
         "rng": plain,
     }
@@ -145,10 +145,10 @@ def load_checkpoint(
     state = json.loads(state_file.read_text())
     if state.get("format") != FORMAT:
         raise ValueError(f"{state_file}: format {state.get('format')!r}, expected {FORMAT!r}")
-    config = TrainerConfig.from_dict(state["config"])
-    if strict_config and config != trainer.config:
-        mine, theirs = trainer.config.to_dict(), config.to_dict()
-        diff = sorted(k for k in mine if mine[k] != theirs.get(k))
+    config = dict(state["config"])
+    mine = trainer.settings()
+    if strict_config and config != mine:
+        diff = sorted(k for k in mine.keys() | config.keys() if mine.get(k) != config.get(k))
         raise ValueError(
             f"{path}: written under a different trainer config ({', '.join(diff)} differ); "
             "pass strict_config=False to load it anyway"

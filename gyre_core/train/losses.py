@@ -28,15 +28,19 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
+from gyre_core.registry import Registry
 from gyre_core.trajectory.sample import PackedSample
 
 
 @dataclass(frozen=True, slots=True)
 class LossSettings:
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    ratio_cap: float | None = None
-    kl_coef: float = 0.0
+    """What a loss reads of the trainer's settings (``train.clip_low``, ``train.clip_high``,
+    ``TrainerOptions.ratio_cap``, ``train.kl_coef``)."""
+
+    clip_low: float
+    clip_high: float
+    ratio_cap: float | None
+    kl_coef: float
 
 
 @dataclass(slots=True)
@@ -51,26 +55,9 @@ class TokenBatch:
 
 # A loss: (tokens, settings) -> (per-token objective to minimise [n], clipped [n] bool).
 LossFn = Callable[[TokenBatch, LossSettings], tuple[torch.Tensor, torch.Tensor]]
-LOSSES: dict[str, LossFn] = {}
-
-
-def register_loss(name: str) -> Callable[[LossFn], LossFn]:
-    def add(fn: LossFn) -> LossFn:
-        if name in LOSSES:
-            raise ValueError(f"a loss named {name!r} is already registered")
-        LOSSES[name] = fn
-        return fn
-
-    return add
-
-
-def get_loss(name: str) -> LossFn:
-    try:
-        return LOSSES[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown loss {name!r}; registered: {', '.join(sorted(LOSSES))}"
-        ) from None
+LOSSES: Registry[LossFn] = Registry("loss")
+register_loss = LOSSES.register
+get_loss = LOSSES.lookup
 
 
 @register_loss("ppo")

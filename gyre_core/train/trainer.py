@@ -24,13 +24,14 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 import numpy as np
 import torch
 from safetensors.torch import save_file
 from transformers import PreTrainedModel
 
+from gyre_core.config import RunConfig, TrainConfig
 from gyre_core.train.losses import (
     LOSSES,
     LossSettings,
@@ -45,12 +46,10 @@ from gyre_core.train.losses import (
 from gyre_core.train.tree_attention import Impl, token_logprobs, tree_forward
 from gyre_core.trajectory.format import Rollout
 from gyre_core.trajectory.pack import pack_trees
-from gyre_core.trajectory.rewards import ADVANTAGE_MODES, AdvantageMode, Weighting
 from gyre_core.trajectory.sample import PackedSample
 from gyre_core.trajectory.tree import PrefixTree
 
 WEIGHTS_FILE = "model.safetensors"
-Behaviour = Literal["recorded", "trainer"]
 # The model's attention implementation each tree-attention path needs (see tree_forward).
 BACKENDS: dict[str, tuple[str, ...]] = {
     "dense": ("eager", "sdpa", "flex_attention"),
@@ -60,87 +59,32 @@ BACKENDS: dict[str, tuple[str, ...]] = {
 
 
 @dataclass(frozen=True, slots=True)
-class TrainerConfig:
-    lr: float = 1e-5
+class TrainerOptions:
+    """The trainer's own knobs beyond the run's ``train`` section (``TrainConfig``, which
+    holds every setting a run config can change): research scripts and tests set these."""
+
+    loss: str = "ppo"  # a name in LOSSES
+    ratio_cap: float | None = None  # truncate negative-advantage importance weights here
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
-    max_grad_norm: float | None = 1.0  # None: no clipping
-    clip_low: float = 0.2  # ratio clipped below at 1 - clip_low
-    clip_high: float = 0.28  # ... and above at 1 + clip_high (asymmetric, "clip-higher")
-    ratio_cap: float | None = None  # truncate negative-advantage importance weights here
-    staleness_bound: int = 4  # train tokens of version >= current - staleness_bound only
-    kl_coef: float = 0.0  # weight of the k3 KL to the reference model (needs ref_model)
-    loss: str = "ppo"
-    advantage_mode: AdvantageMode = "once"
-    normalise_std: bool = False  # divide group advantages by the group's reward std
-    # Behaviour log-prob of a token made by the weights being trained (its version is the
-    # current one): as the engine recorded it ("recorded"), or the trainer's own ("trainer",
-    # see _sample_loss). Older tokens always use the recorded one.
-    behaviour: Behaviour = "recorded"
-    max_tokens: int = 4096  # per packed sample
-    attention: Impl = "dense"
-    seed: int = 0
+    attention: Impl = "dense"  # the tree-attention path (see BACKENDS)
 
     def __post_init__(self) -> None:
         def bad(name: str, want: str) -> ValueError:
-            return ValueError(f"TrainerConfig.{name} must be {want}, got {getattr(self, name)!r}")
+            return ValueError(f"TrainerOptions.{name} must be {want}, got {getattr(self, name)!r}")
 
-        if not self.lr > 0:
-            raise bad("lr", "> 0")
+        LOSSES.lookup(self.loss)
+        if self.ratio_cap is not None and not self.ratio_cap > 1:
+            raise bad("ratio_cap", "> 1 or None")
         if not self.weight_decay >= 0:
             raise bad("weight_decay", ">= 0")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise bad("betas", "two numbers in [0, 1)")
         if not self.eps > 0:
             raise bad("eps", "> 0")
-        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
-            raise bad("max_grad_norm", "> 0 or None")
-        if not 0 <= self.clip_low < 1:
-            raise bad("clip_low", "in [0, 1)")
-        if not self.clip_high >= 0:
-            raise bad("clip_high", ">= 0")
-        if self.ratio_cap is not None and not self.ratio_cap > 1 + self.clip_high:
-            raise bad("ratio_cap", f"> 1 + clip_high ({1 + self.clip_high}) or None")
-        if isinstance(self.staleness_bound, bool) or not isinstance(self.staleness_bound, int):
-            raise bad("staleness_bound", "an integer")
-        if self.staleness_bound < 0:
-            raise bad("staleness_bound", ">= 0")
-        if not self.kl_coef >= 0:
-            raise bad("kl_coef", ">= 0")
-        if self.loss not in LOSSES:
-            raise bad("loss", f"one of {', '.join(sorted(LOSSES))}")
-        if self.advantage_mode not in ADVANTAGE_MODES:
-            raise bad("advantage_mode", f"one of {', '.join(ADVANTAGE_MODES)}")
-        if self.behaviour not in get_args(Behaviour):
-            raise bad("behaviour", f"one of {', '.join(get_args(Behaviour))}")
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int):
-            raise bad("max_tokens", "an integer")
-        if self.max_tokens < 2:
-            raise bad("max_tokens", ">= 2")
         if self.attention not in get_args(Impl):
             raise bad("attention", f"one of {', '.join(get_args(Impl))}")
-
-    @property
-    def weighting(self) -> Weighting:
-        """How this trainer turns rewards into token weights (the tree browser's too)."""
-        return Weighting(self.advantage_mode, self.normalise_std)
-
-    @property
-    def loss_settings(self) -> LossSettings:
-        return LossSettings(self.clip_low, self.clip_high, self.ratio_cap, self.kl_coef)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["betas"] = list(self.betas)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainerConfig:
-        d = dict(d)
-        if "betas" in d:
-            d["betas"] = tuple(d["betas"])
-        return cls(**d)
 
 
 Grads = dict[str, torch.Tensor]
@@ -149,48 +93,80 @@ Grads = dict[str, torch.Tensor]
 class Trainer:
     """Trains ``model`` (a transformers causal LM) on rollouts; see the module docstring.
 
+    ``config`` is the run's ``train`` section; ``staleness_bound`` (the run's
+    ``scheduler.staleness_bound``: tokens older than that many versions are not trained) and
+    ``seed`` (the run's) come from the rest of the run config, ``options`` are the trainer's
+    own knobs (:class:`TrainerOptions`). :meth:`for_run` takes all three from a run config.
     ``ref_model`` is the frozen reference for the KL penalty (required when ``kl_coef > 0``).
     ``version`` is the policy version of the current weights; each optimizer step adds one.
     Staleness is measured against ``current_version`` where a method takes one (default:
-    ``version``). The constructor seeds torch's global RNG with ``config.seed``.
+    ``version``). The constructor seeds torch's global RNG with ``seed``.
     """
 
     def __init__(
         self,
         model: PreTrainedModel,
-        config: TrainerConfig,
+        config: TrainConfig,
         ref_model: PreTrainedModel | None = None,
         *,
+        staleness_bound: int,
+        seed: int,
+        options: TrainerOptions | None = None,
         version: int = 0,
     ) -> None:
+        options = options or TrainerOptions()
         if config.kl_coef > 0 and ref_model is None:
-            raise ValueError("TrainerConfig.kl_coef > 0 needs a ref_model")
+            raise ValueError("train.kl_coef > 0 needs a ref_model")
+        if options.ratio_cap is not None and not options.ratio_cap > 1 + config.clip_high:
+            raise ValueError(f"TrainerOptions.ratio_cap must be > 1 + train.clip_high "
+                             f"({1 + config.clip_high}) or None, got {options.ratio_cap!r}")  # fmt: skip
         for role, m in (("model", model), ("ref_model", ref_model)):
             backend = str(m.config._attn_implementation) if m is not None else None
-            if backend is not None and backend not in BACKENDS[config.attention]:
+            if backend is not None and backend not in BACKENDS[options.attention]:
                 raise ValueError(
-                    f"TrainerConfig.attention={config.attention!r} needs a {role} built with "
-                    f"attn_implementation in {BACKENDS[config.attention]}, not {backend!r}"
+                    f"TrainerOptions.attention={options.attention!r} needs a {role} built with "
+                    f"attn_implementation in {BACKENDS[options.attention]}, not {backend!r}"
                 )
         self.model = model
         self.config = config
+        self.staleness_bound = staleness_bound
+        self.seed = seed
+        self.options = options
+        self.loss_settings = LossSettings(config.clip_low, config.clip_high, options.ratio_cap,
+                                          config.kl_coef)  # fmt: skip
         self.ref_model = ref_model
         if ref_model is not None:
             torch.nn.Module.train(ref_model, False)
             ref_model.requires_grad_(False)
         self.version = version
-        self.loss_fn = get_loss(config.loss)
+        self.loss_fn = get_loss(options.loss)
         self.params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("the model has no trainable parameters")
         self.optimizer = torch.optim.AdamW(
             [p for _, p in self.params],
             lr=config.lr,
-            betas=config.betas,
-            eps=config.eps,
-            weight_decay=config.weight_decay,
+            betas=options.betas,
+            eps=options.eps,
+            weight_decay=options.weight_decay,
         )
-        torch.manual_seed(config.seed)
+        torch.manual_seed(seed)
+
+    @classmethod
+    def for_run(
+        cls, model: PreTrainedModel, cfg: RunConfig, ref_model: PreTrainedModel | None = None
+    ) -> Trainer:
+        """The trainer of run ``cfg`` (every replica of a run is built this way)."""
+        return cls(model, cfg.train, ref_model, staleness_bound=cfg.scheduler.staleness_bound,
+                   seed=cfg.seed)  # fmt: skip
+
+    def settings(self) -> dict[str, Any]:
+        """Everything besides the weights that a step depends on, as JSON values: what a
+        checkpoint records and a resume must match."""
+        options = asdict(self.options)
+        options["betas"] = list(self.options.betas)
+        return {**asdict(self.config), "staleness_bound": self.staleness_bound,
+                "seed": self.seed, **options}  # fmt: skip
 
     @property
     def device(self) -> torch.device:
@@ -236,7 +212,7 @@ class Trainer:
     def _sample_loss(
         self, sample: PackedSample, current_version: int, normalise: float
     ) -> tuple[torch.Tensor | None, LossStats]:
-        keep_np, stale = fresh_mask(sample, current_version, self.config.staleness_bound)
+        keep_np, stale = fresh_mask(sample, current_version, self.staleness_bound)
         if not keep_np.any():
             return None, LossStats(stale_dropped=float(stale), samples=1.0)
         dev = self.device
@@ -246,12 +222,12 @@ class Trainer:
         idx = torch.from_numpy(np.flatnonzero(keep_np)).to(dev)
         if bool((parent[idx] < 0).any()):
             raise ValueError("a root token cannot be trainable: nothing predicts it")
-        logits = tree_forward(self.model, ids, pos, parent, self.config.attention)
+        logits = tree_forward(self.model, ids, pos, parent, self.options.attention)
         lp = token_logprobs(logits, ids, parent)[idx]
         ref_lp = None
         if self.ref_model is not None:
             with torch.no_grad():
-                ref_logits = tree_forward(self.ref_model, ids, pos, parent, self.config.attention)
+                ref_logits = tree_forward(self.ref_model, ids, pos, parent, self.options.attention)
                 ref_lp = token_logprobs(ref_logits, ids, parent)[idx].to(lp.dtype)
 
         def column(a: np.ndarray) -> torch.Tensor:
@@ -265,7 +241,7 @@ class Trainer:
             current = torch.from_numpy(sample.version == current_version).to(dev)[idx]
             behaviour = torch.where(current, lp.detach(), behaviour)
         batch = TokenBatch(lp, behaviour, column(sample.advantage), ref_lp)
-        loss, stats = combine_loss(self.loss_fn, batch, self.config.loss_settings, normalise)
+        loss, stats = combine_loss(self.loss_fn, batch, self.loss_settings, normalise)
         with torch.no_grad():
             stats.entropy = float(token_entropy(logits.detach()[parent[idx]]).sum())
         stats.stale_dropped = float(stale)
@@ -285,7 +261,7 @@ class Trainer:
         others' passes ``total fresh tokens of the batch / n`` (see :meth:`step`)."""
         cv = self.version if current_version is None else current_version
         if normalise is None:
-            normalise = float(max(1, count_fresh(list(samples), cv, self.config.staleness_bound)))
+            normalise = float(max(1, count_fresh(list(samples), cv, self.staleness_bound)))
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         stats = LossStats()
@@ -326,8 +302,8 @@ class Trainer:
 
     def _optimizer_step(self) -> dict[str, float]:
         params = [p for _, p in self.params]
-        limit = self.config.max_grad_norm
-        norm = torch.nn.utils.clip_grad_norm_(params, limit if limit is not None else float("inf"))
+        limit = self.config.max_grad_norm  # 0: no clipping
+        norm = torch.nn.utils.clip_grad_norm_(params, limit or float("inf"))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.version += 1
@@ -345,11 +321,11 @@ class Trainer:
             raise ValueError(f"dp_width must be an integer >= 1, got {dp_width!r}")
         cv = self.version if current_version is None else current_version
         samples = self.prepare(rollouts, cv)
-        total = count_fresh(samples, cv, self.config.staleness_bound)
+        total = count_fresh(samples, cv, self.staleness_bound)
         stats = LossStats()
         if total == 0:
             for s in samples:
-                stats.stale_dropped += fresh_mask(s, cv, self.config.staleness_bound)[1]
+                stats.stale_dropped += fresh_mask(s, cv, self.staleness_bound)[1]
             stats.samples = float(len(samples))
             return {**stats.summary(self.config.kl_coef), "skipped": 1.0}
         grads = []
@@ -382,7 +358,7 @@ class Trainer:
             parent = torch.from_numpy(s.parent).to(dev)
             pos = torch.from_numpy(s.position_ids).to(dev)
             keep = torch.from_numpy(s.trainable).to(dev)
-            lp = token_logprobs(tree_forward(self.model, ids, pos, parent, self.config.attention),
+            lp = token_logprobs(tree_forward(self.model, ids, pos, parent, self.options.attention),
                                 ids, parent)  # fmt: skip
             loss = -lp[keep].sum() / n
             torch.autograd.backward(loss)
@@ -410,7 +386,7 @@ class Trainer:
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "version": self.version,
-            "config": self.config.to_dict(),
+            "config": self.settings(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
-from gyre_core.config import TrainConfig
+from gyre_core.config import RunConfig
 from gyre_core.events import storable_text
 from gyre_core.trajectory.format import Rollout, TrajectoryFormatError, read_rollouts
-from gyre_core.trajectory.rewards import AdvantageMode, Weighting
+from gyre_core.trajectory.rewards import Weighting
 from gyre_core.trajectory.tree import Node, PrefixTree
 from gyre_core.trajectory.writer import write_rollouts
 
@@ -59,13 +59,10 @@ __all__ = [
 
 
 def run_weighting(config: Mapping[str, Any]) -> Weighting:
-    """The weighting a run's trainer uses, from its config snapshot (``RunConfig.to_dict``):
-    ``train.advantage_mode`` and ``train.normalise_std``, ``TrainConfig``'s defaults where a
-    snapshot lacks them (an import into a simulated run, say)."""
-    train = config.get("train") or {}
-    default = TrainConfig()
-    mode = cast("AdvantageMode", train.get("advantage_mode", default.advantage_mode))
-    return Weighting(mode, bool(train.get("normalise_std", default.normalise_std)))
+    """The weighting a run's trainer uses: that of the ``train`` section of its config
+    snapshot (``RunConfig.to_dict``), rebuilt by ``RunConfig.from_dict`` as the run's worker
+    rebuilds it (a snapshot that is refused raises its ``ConfigError``)."""
+    return RunConfig.from_dict(dict(config)).train.weighting
 
 
 def path_key(ordinals: list[int]) -> str:

@@ -21,17 +21,15 @@ Loss weight of a generated position ``p``, over the rollouts ``R(p)`` that gener
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
+from gyre_core.registry import Registry
 from gyre_core.trajectory.format import Rollout
 from gyre_core.trajectory.tree import Node, PrefixTree, build_trees
 
-AdvantageMode = Literal["once", "per_path"]
-ADVANTAGE_MODES: tuple[AdvantageMode, ...] = ("once", "per_path")
 STD_EPS = 1e-6  # keeps a group whose rewards are all equal at advantage 0, not nan
 
 
@@ -67,17 +65,38 @@ def branch_ends(tree: PrefixTree) -> dict[int, set[Node]]:
     return out
 
 
+# An advantage mode: a tree -> the loss weight of a span of a node, given the rollouts
+# that generated it (sorted) and every rollout's advantage.
+NodeWeight = Callable[[Node, list[int], np.ndarray], float]
+AdvantageModeFn = Callable[[PrefixTree], NodeWeight]
+ADVANTAGE_MODES: Registry[AdvantageModeFn] = Registry("advantage mode")
+register_advantage_mode = ADVANTAGE_MODES.register
+
+
+@register_advantage_mode("once")
+def _once(tree: PrefixTree) -> NodeWeight:
+    """The mean of the advantages of the rollouts that share the span."""
+    return lambda node, rs, adv: float(adv[rs].mean())
+
+
+@register_advantage_mode("per_path")
+def _per_path(tree: PrefixTree) -> NodeWeight:
+    """Each sharing rollout's advantage times its branches through the node, summed."""
+    through = _branches_through(tree)
+    return lambda node, rs, adv: float(sum(adv[r] * through[node][r] for r in rs))
+
+
 def assign_weights(
     tree: PrefixTree,
     *,
-    mode: AdvantageMode = "once",
+    mode: str,
     normalise_std: bool = False,
     advantages: list[float] | None = None,
 ) -> list[float]:
     """Set ``node.weight`` for every position of the tree; returns the rollouts'
-    advantages (computed from their rewards unless given)."""
-    if mode not in ADVANTAGE_MODES:
-        raise ValueError(f"advantage mode must be one of {ADVANTAGE_MODES}, got {mode!r}")
+    advantages (computed from their rewards unless given). ``mode``: a name in
+    :data:`ADVANTAGE_MODES`."""
+    weigh = ADVANTAGE_MODES.lookup(mode)(tree)
     if advantages is None:
         advantages = group_advantages(
             [r.reward for r in tree.rollouts], normalise_std=normalise_std
@@ -93,10 +112,6 @@ def assign_weights(
             starts[n].append((max(0, c.prompt_len - n.start), c.rollout))
             n = n.parent
 
-    through: dict[Node, dict[int, int]] = {}
-    if mode == "per_path":
-        through = _branches_through(tree)
-
     for node in tree.nodes():
         node.weight[:] = 0.0
         events = sorted(starts.get(node, ()))
@@ -106,29 +121,23 @@ def assign_weights(
             nxt = events[j + 1][0] if j + 1 < len(events) else len(node)
             if nxt == off:
                 continue  # more rollouts start at this same offset
-            rs = sorted(seen)
-            if mode == "once":
-                w = float(adv[rs].mean())
-            else:
-                counts = through[node]
-                w = float(sum(adv[r] * counts[r] for r in rs))
-            node.weight[off:nxt] = w
+            node.weight[off:nxt] = weigh(node, sorted(seen), adv)
         node.weight[~node.generated] = 0.0
     return [float(a) for a in adv]
 
 
 @dataclass(frozen=True, slots=True)
 class Weighting:
-    """How rewards become loss weights: the advantage mode and the std normalisation. The
-    trainer weighs its trees with its config's ``weighting``, and the tree browser shows a
+    """How rewards become loss weights: the advantage mode and the std normalisation (a
+    run's are ``train.advantage_mode`` and ``train.normalise_std``, ``TrainConfig.weighting``).
+    The trainer weighs its trees with its config's ``weighting``, and the tree browser shows a
     run's trees weighed with the same (``gyre_core.trajectory.export.run_weighting``)."""
 
-    mode: AdvantageMode = "once"
-    normalise_std: bool = False
+    mode: str  # a name in ADVANTAGE_MODES
+    normalise_std: bool
 
     def __post_init__(self) -> None:
-        if self.mode not in ADVANTAGE_MODES:
-            raise ValueError(f"advantage mode must be one of {ADVANTAGE_MODES}, got {self.mode!r}")
+        ADVANTAGE_MODES.lookup(self.mode)
 
     def apply(self, tree: PrefixTree) -> list[float]:
         """``assign_weights`` with this mode and normalisation -> the rollouts' advantages."""

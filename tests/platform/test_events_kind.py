@@ -54,3 +54,23 @@ def test_selector_filters_by_kinds(run):
     rows = selectors.events_after(run_id=run.pk, kinds=["step_finished"], limit=2)
     assert [r.data["step"] for r in rows] == [0, 1]
     assert len(selectors.events_after(run_id=run.pk, kinds=[])) == 8
+
+
+def test_phase_progress_is_stored_served_and_followed_on_the_terminal(people, run, client_for):
+    from gyre_web.runs.management.commands.gyre_demo import _describe
+
+    from gyre_core.events import PhaseProgress
+
+    _log(run.pk)
+    phases = [PhaseProgress(t=1.0 + k, phase="warm start", done=25 * k, total=100,
+                            message=f"loss {1.0 / (k + 1):.3f} (target 0.12)")
+              for k in range(3)]  # fmt: skip
+    services.append_events(run_id=run.pk, events=[p.to_json() for p in phases])
+    client = client_for(people["viewer"])
+    body = client.get(f"/api/runs/{run.pk}/events/", {"kind": "phase_progress"}).json()
+    served = [e["data"] for e in body["events"]]
+    assert [(d["phase"], d["done"], d["total"]) for d in served] == [
+        ("warm start", 0, 100), ("warm start", 25, 100), ("warm start", 50, 100)
+    ]  # fmt: skip
+    assert _describe("phase_progress", served[1]) == "warm start 25/100, loss 0.500 (target 0.12)"
+    assert len(selectors.events_after(run_id=run.pk, kinds=[])) == 11  # beside the others

@@ -11,16 +11,18 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from gyre_core.config import ConfigError, RunConfig
 from gyre_core.events import ListSink, RolloutFinished, RolloutProgress, RolloutStarted
 from gyre_core.models.init import init_checkpoint
 from gyre_core.models.shape import ModelShape
 from gyre_core.rollout.agents import Codec, ModelAgent, ScriptedAgent
-from gyre_core.rollout.harness import HarnessConfig, TaskRef, run_group, run_session
+from gyre_core.rollout.harness import HarnessOptions, TaskRef, run_group, run_session
 from gyre_core.rollout.router import Router
 from gyre_core.rollout.task_env import make_env
 from gyre_core.rollout.torch_engine import TorchEngine
 from gyre_core.trajectory import build_trees, read_rollouts, tree_stats, write_rollouts
 from gyre_core.trajectory.format import full_sequences
+from tests.rollout.budgets import session_config
 
 TINY = ModelShape(
     vocab_size=512, layers=1, hidden=64, heads=2, kv_heads=1, head_dim=32, intermediate=128
@@ -47,7 +49,7 @@ def _scripted(index: int, tok: Any, sink: ListSink, version: int = 7) -> Any:
     env = make_env("repo", "train", index, seed=index)
     agent = ScriptedAgent(env, tok, version=lambda: version)
     return asyncio.run(
-        run_session(env, agent, tok, HarnessConfig(max_turns=200), rollout_id=f"r{index}",
+        run_session(env, agent, tok, session_config(max_turns=200), rollout_id=f"r{index}",
                     sink=sink, seed=index)
     )  # fmt: skip
 
@@ -95,7 +97,7 @@ def test_model_session_records_engine_tokens(tok: Any, model: torch.nn.Module) -
     router = Router({"e0": engine})
     env = make_env("repo", "train", 0, seed=0)
     sink = ListSink()
-    cfg = HarnessConfig(max_turns=8, max_new_tokens=10, temperature=1.0)
+    cfg = session_config(max_turns=8, max_new_tokens=10, temperature=1.0)
     r = asyncio.run(
         run_session(env, ModelAgent(router, tok), tok, cfg, rollout_id="m0", sink=sink, seed=5)
     )
@@ -121,7 +123,7 @@ def test_model_session_records_engine_tokens(tok: Any, model: torch.nn.Module) -
 
 def test_group_shares_prompt_and_group_id(tok: Any, model: torch.nn.Module) -> None:
     router = Router({"e0": TorchEngine(model, version=1)})
-    cfg = HarnessConfig(max_turns=2, max_new_tokens=8)
+    cfg = session_config(max_turns=2, max_new_tokens=8)
     rollouts = asyncio.run(
         run_group(TaskRef("repo", "train", 0), 3, make_agent=lambda env: ModelAgent(router, tok),
                   tokenizer=tok, config=cfg, group_id="g-1", seed=10)
@@ -148,17 +150,32 @@ def test_group_shares_prompt_and_group_id(tok: Any, model: torch.nn.Module) -> N
         ({"max_new_tokens": 1.5}, "max_new_tokens"),
         ({"temperature": -0.1}, "temperature"),
         ({"temperature": float("nan")}, "temperature"),
-        ({"time_budget_s": 0}, "time_budget_s"),
+        ({"time_budget_s": -1.0}, "time_budget_s"),
         ({"token_budget": 0}, "token_budget"),
-        ({"delegate": "yes"}, "delegate"),
-        ({"max_retries": -1}, "max_retries"),
         ({"tool_time_scale": float("inf")}, "tool_time_scale"),
-        ({"retry_after_errors": 0}, "retry_after_errors"),
     ],
 )
-def test_bad_config_values_name_the_field(kwargs: dict[str, Any], field: str) -> None:
+def test_bad_budgets_are_refused_by_the_config_naming_the_field(
+    kwargs: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_dict({"rollout": kwargs})
+    assert [path for path, _ in err.value.errors] == [f"rollout.{field}"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"delegate": "yes"}, "delegate"),
+        ({"max_retries": -1}, "max_retries"),
+        ({"retry_after_errors": 0}, "retry_after_errors"),
+        ({"progress_every": 0}, "progress_every"),
+        ({"subagent_max_turns": 0}, "subagent_max_turns"),
+    ],
+)
+def test_bad_options_name_the_field(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(ValueError, match=field):
-        HarnessConfig(**kwargs)
+        HarnessOptions(**kwargs)
 
 
 def test_make_env_errors_and_group_size(tok: Any) -> None:
@@ -182,11 +199,10 @@ def test_model_session_with_subagents_and_compaction(
     router = Router({"e0": TorchEngine(model, version=2)})
     env = make_env("repo", "train", 0, seed=0)
     prompt_len = len(Codec(tok).encode(env.reset() + "\n"))
-    cfg = HarnessConfig(
-        max_turns=6, max_new_tokens=8, delegate=True, subagent_max_turns=2,
-        context_budget=prompt_len + 60,
-    )  # fmt: skip
-    r = asyncio.run(run_session(env, ModelAgent(router, tok), tok, cfg, rollout_id="d0", seed=1))
+    cfg = session_config(max_turns=6, max_new_tokens=8, context_budget=prompt_len + 60)
+    options = HarnessOptions(delegate=True, subagent_max_turns=2)
+    r = asyncio.run(run_session(env, ModelAgent(router, tok), tok, cfg, options=options,
+                                rollout_id="d0", seed=1))  # fmt: skip
     assert r.status == "timeout" and r.extra["turns"] == 6
     agents = [c.agent for c in r.calls]
     assert {"sub-0", "sub-1", "sub-2"} <= set(agents)

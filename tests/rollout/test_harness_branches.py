@@ -13,10 +13,11 @@ from gyre_core.events import ListSink, RolloutFinished, RolloutProgress
 from gyre_core.models.init import init_checkpoint
 from gyre_core.models.shape import ModelShape
 from gyre_core.rollout.agents import Ask, Codec, Generated, ScriptedAgent
-from gyre_core.rollout.harness import HarnessConfig, run_session
+from gyre_core.rollout.harness import HarnessOptions, run_session
 from gyre_core.rollout.task_env import CodingTaskEnv, RepoTaskEnv, TaskEnv, make_env
 from gyre_core.trajectory import Rollout, build_trees, tree_stats
 from gyre_core.trajectory.format import full_sequences
+from tests.rollout.budgets import session_config
 
 TINY = ModelShape(
     vocab_size=512, layers=1, hidden=64, heads=2, kv_heads=1, head_dim=32, intermediate=128
@@ -30,8 +31,12 @@ def tok(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def _run(env: TaskEnv, agent: Any, tok: Any, sink: ListSink | None = None, **cfg: Any) -> Rollout:
-    config = HarnessConfig(**{"max_turns": 200, **cfg})
-    return asyncio.run(run_session(env, agent, tok, config, rollout_id="r", sink=sink))
+    """A session with ``cfg``: its ``HarnessOptions`` fields as options, the rest over
+    ``session_config(max_turns=200)``."""
+    options = {k: cfg.pop(k) for k in list(cfg) if k in HarnessOptions.__dataclass_fields__}
+    config = session_config(**{"max_turns": 200, **cfg})
+    return asyncio.run(run_session(env, agent, tok, config, options=HarnessOptions(**options),
+                                   rollout_id="r", sink=sink))  # fmt: skip
 
 
 def _text(tok: Any, r: Rollout, call_id: str, *, prompt_only: bool = True) -> str:

@@ -16,10 +16,11 @@ from gyre_core.models.init import init_checkpoint
 from gyre_core.models.shape import ModelShape
 from gyre_core.rollout.agents import ScriptedAgent
 from gyre_core.rollout.engine import Completion, EngineLoad, SamplingParams, ScoringEngine
-from gyre_core.rollout.harness import HarnessConfig, run_session
+from gyre_core.rollout.harness import HarnessOptions, run_session
 from gyre_core.rollout.router import NoEngineError, Router
 from gyre_core.rollout.task_env import make_env
 from gyre_core.rollout.torch_engine import TorchEngine
+from tests.rollout.budgets import session_config
 from tests.rollout.scoring_checks import check_scored_rollout, hf_logprobs
 
 TINY = ModelShape(
@@ -166,9 +167,10 @@ def test_scripted_repo_rollout_through_torch_engine(tok: Any, ckpt: Path, delega
     router = Router({"e0": TorchEngine(model, version=5)})
     env = make_env("repo", "train", 0, seed=0)
     sink = ListSink()
-    cfg = HarnessConfig(max_turns=200, delegate=delegate, context_budget=700 if delegate else 4096)
+    cfg = session_config(max_turns=200, context_budget=700 if delegate else 4096)
     agent = ScriptedAgent(env, tok, router=router, version=99)  # version unused with a router
-    r = asyncio.run(run_session(env, agent, tok, cfg, rollout_id="t", sink=sink))
+    r = asyncio.run(run_session(env, agent, tok, cfg, options=HarnessOptions(delegate=delegate),
+                                rollout_id="t", sink=sink))  # fmt: skip
     assert r.status == "completed" and r.progress >= 0.9
     assert router.stats.calls_scored == len(r.calls) == router.stats.routed["e0"]
     if delegate:
@@ -185,7 +187,7 @@ def test_scripted_coding_rollout_through_torch_engine(tok: Any, ckpt: Path) -> N
     try:
         r = asyncio.run(
             run_session(env, ScriptedAgent(env, tok, router=router), tok,
-                        HarnessConfig(max_turns=20), rollout_id="c")
+                        session_config(max_turns=20), rollout_id="c")
         )  # fmt: skip
         report = env.env.last_report  # type: ignore[attr-defined]
     finally:

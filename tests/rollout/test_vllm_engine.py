@@ -322,12 +322,13 @@ def test_model_driven_repo_session_runs_through_vllm_and_logs_a_valid_tree(
     from transformers import AutoTokenizer
 
     from gyre_core.rollout.agents import ModelAgent
-    from gyre_core.rollout.harness import HarnessConfig, TaskRef, run_group
+    from gyre_core.rollout.harness import TaskRef, run_group
     from gyre_core.trajectory import build_trees
+    from tests.rollout.budgets import session_config
 
     tok = AutoTokenizer.from_pretrained(str(ckpts[0]))
     router = Router({"vllm": VLLMEngine(server.base_url, version=0)})
-    cfg = HarnessConfig(max_turns=3, max_new_tokens=12, context_budget=2048)
+    cfg = session_config(max_turns=3, max_new_tokens=12, context_budget=2048)
 
     rollouts = asyncio.run(
         run_group(TaskRef("repo", "train", 0), 2, make_agent=lambda env: ModelAgent(router, tok),
@@ -378,8 +379,9 @@ def test_scripted_rollout_scored_through_vllm(
     from transformers import AutoTokenizer
 
     from gyre_core.rollout.agents import ScriptedAgent
-    from gyre_core.rollout.harness import HarnessConfig, run_session
+    from gyre_core.rollout.harness import run_session
     from gyre_core.rollout.task_env import make_env
+    from tests.rollout.budgets import session_config
     from tests.rollout.scoring_checks import check_scored_rollout
 
     tok = AutoTokenizer.from_pretrained(str(ckpts[0]))
@@ -388,7 +390,7 @@ def test_scripted_rollout_scored_through_vllm(
     try:
         r = asyncio.run(
             run_session(env, ScriptedAgent(env, tok, router=router), tok,
-                        HarnessConfig(max_turns=200), rollout_id=f"scripted-{suite}")
+                        session_config(max_turns=200), rollout_id=f"scripted-{suite}")
         )  # fmt: skip
     finally:
         env.close()
@@ -403,16 +405,17 @@ def test_model_driven_coding_session_runs_through_vllm(
     from transformers import AutoTokenizer
 
     from gyre_core.rollout.agents import ModelAgent
-    from gyre_core.rollout.harness import HarnessConfig, run_session
+    from gyre_core.rollout.harness import run_session
     from gyre_core.rollout.task_env import CodingTaskEnv, make_env
     from gyre_core.trajectory import build_trees
     from gyre_core.trajectory.format import full_sequences
+    from tests.rollout.budgets import session_config
 
     tok = AutoTokenizer.from_pretrained(str(ckpts[0]))
     router = Router({"vllm": VLLMEngine(server.base_url, version=4)})
     env = make_env("coding", "train", "fizzbuzz", seed=0)
     assert isinstance(env, CodingTaskEnv)
-    cfg = HarnessConfig(max_turns=3, max_new_tokens=24, temperature=1.0)
+    cfg = session_config(max_turns=3, max_new_tokens=24, temperature=1.0)
     try:
         r = asyncio.run(
             run_session(env, ModelAgent(router, tok, multiline=True), tok, cfg,

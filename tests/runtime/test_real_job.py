@@ -39,6 +39,11 @@ def test_elastic_run_switches_roles_without_restarting_sessions(ray_cluster, mod
     assert out["sessions_restarted"] == 0 and out["role_switches"] >= 1
     assert kinds.count("step_finished") == 2 and kinds.count("benchmark") == 2
     assert kinds.count("rollout_finished") >= 4 and "tree_ready" in kinds
+    phases = [(e.phase, e.done) for e in sink.events if e.kind == "phase_progress"]
+    units = _cfg(model_dir).cluster.units  # the engines come up, then each benchmark runs
+    assert [d for p, d in phases if p == "engine start"] == list(range(units + 1))
+    bench = [d for p, d in phases if p == "benchmark"]
+    assert bench.count(0) == 2 and bench == sorted(bench[: len(bench) // 2]) * 2
     to_train = [e for e in sink.events if e.kind == "role_change" and e.to_role == "train"]
     assert to_train, "elastic starts with half the units training"
     for key in (
@@ -190,6 +195,14 @@ def test_index_batch_order_trains_each_steps_own_rollouts(ray_cluster, model_dir
     for e in written:  # step k trains sessions 2(k-1) and 2(k-1)+1: its own task's group
         ids = sorted(r.rollout_id for r in read_rollouts(e.path))
         assert ids == [f"r{2 * (e.step - 1)}", f"r{2 * (e.step - 1) + 1}"]
+
+
+def test_benchmark_every_scores_versions_during_the_run(ray_cluster, model_dir, tmp_path):
+    cfg = _cfg(model_dir, rollout={**BASE["rollout"], "benchmark_every": 1})
+    sink = ListSink()
+    out = run_job(cfg, sink=sink, workdir=tmp_path)
+    assert sorted(e.step for e in sink.events if e.kind == "benchmark") == [0, 1, 2]
+    assert sorted(out["benchmark_by_version"]) == [0, 1, 2]
 
 
 def test_a_coding_run_draws_more_tasks_than_the_suite_has(ray_cluster, model_dir, tmp_path):

@@ -1,4 +1,4 @@
-"""The trainer: config validation, learning signal, dp_width invariance, KL, SFT warm
+"""The trainer: its config and options, learning signal, dp_width invariance, KL, SFT warm
 start and weight export to a TorchEngine. Helpers here are shared by test_trainer_*.py."""
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 import torch
 
+from gyre_core.config import ConfigError, RunConfig, TrainConfig
 from gyre_core.models.shape import ModelShape
 from gyre_core.rollout.engine import SamplingParams
 from gyre_core.rollout.torch_engine import TorchEngine
 from gyre_core.train import sparse_attention
 from gyre_core.train.model import build_model, tiny_qwen3_config
-from gyre_core.train.trainer import Trainer, TrainerConfig, shard_by_tokens
+from gyre_core.train.trainer import Trainer, TrainerOptions, shard_by_tokens
 from gyre_core.trajectory.format import Call, Rollout
 from gyre_core.trajectory.synth import PRESETS, synth_rollouts
 
@@ -34,6 +35,21 @@ SYNTH = replace(PRESETS["tiny"], vocab_size=VOCAB, group_size=2)  # ~330 unique 
 
 def tiny_model(dtype: torch.dtype = torch.float32, seed: int = 0) -> Any:
     return build_model(CONFIG, dtype=dtype, seed=seed)
+
+
+def make_trainer(
+    model: Any,
+    train: TrainConfig | None = None,
+    ref: Any = None,
+    *,
+    version: int = 0,
+    staleness_bound: int = 4,
+    **options: Any,
+) -> Trainer:
+    """A trainer of the ``train`` section (TrainConfig's defaults unless given), seed 0,
+    staleness bound 4 unless given, and ``TrainerOptions(**options)``."""
+    return Trainer(model, train or TrainConfig(), ref, staleness_bound=staleness_bound, seed=0,
+                   options=TrainerOptions(**options), version=version)  # fmt: skip
 
 
 def count_low(tokens: list[int]) -> float:
@@ -103,44 +119,70 @@ def params(model: Any) -> dict[str, torch.Tensor]:
     ("field", "value"),
     [
         ("lr", 0.0),
-        ("weight_decay", -0.1),
-        ("betas", (0.9, 1.0)),
-        ("max_grad_norm", 0.0),
-        ("clip_low", 1.0),
+        ("max_grad_norm", -1.0),
+        ("clip_low", 1.5),
         ("clip_high", -0.1),
-        ("ratio_cap", 1.1),
-        ("staleness_bound", -1),
-        ("staleness_bound", 1.5),
         ("kl_coef", -1.0),
-        ("loss", "nope"),
         ("advantage_mode", "sometimes"),
         ("max_tokens", 1),
-        ("attention", "flash"),
         ("behaviour", "engine"),
     ],
 )
-def test_bad_config_values_name_the_field(field: str, value: Any) -> None:
-    with pytest.raises(ValueError, match=rf"^TrainerConfig\.{field} must be .*, got"):
-        TrainerConfig(**{field: value})
+def test_bad_train_values_are_refused_by_the_config_naming_the_field(
+    field: str, value: Any
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_dict({"train": {field: value}})
+    assert [path for path, _ in err.value.errors] == [f"train.{field}"]
+
+
+def test_the_advantage_modes_are_the_configs_choices() -> None:
+    with pytest.raises(ConfigError, match=r"train.advantage_mode: must be one of once, per_path"):
+        RunConfig.from_dict({"train": {"advantage_mode": "sometimes"}})
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("weight_decay", -0.1),
+        ("betas", (0.9, 1.0)),
+        ("eps", 0.0),
+        ("ratio_cap", 1.0),
+        ("attention", "flash"),
+    ],
+)
+def test_bad_option_values_name_the_field(field: str, value: Any) -> None:
+    with pytest.raises(ValueError, match=rf"^TrainerOptions\.{field} must be .*, got"):
+        TrainerOptions(**{field: value})
+
+
+def test_an_unknown_loss_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown loss 'nope'; expected one of ppo"):
+        TrainerOptions(loss="nope")
+
+
+def test_ratio_cap_must_exceed_the_clip() -> None:
+    with pytest.raises(ValueError, match=r"ratio_cap must be > 1 \+ train.clip_high \(1.28\)"):
+        make_trainer(tiny_model(), ratio_cap=1.1)
 
 
 def test_kl_needs_a_reference_model() -> None:
     with pytest.raises(ValueError, match="kl_coef > 0 needs a ref_model"):
-        Trainer(tiny_model(), TrainerConfig(kl_coef=0.1))
+        make_trainer(tiny_model(), TrainConfig(kl_coef=0.1))
 
 
 def test_attention_path_must_match_the_model() -> None:
     with pytest.raises(ValueError, match=r"attention='sparse' needs a model built with .*'sdpa'"):
-        Trainer(tiny_model(), TrainerConfig(attention="sparse"))
+        make_trainer(tiny_model(), attention="sparse")
 
 
 def test_sparse_attention_path_gives_the_dense_gradients(
     float64_exact: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sparse_attention, "BLOCK", 16)  # several blocks per sample
-    dense = Trainer(tiny_model(torch.float64), TrainerConfig(max_tokens=100), version=2)
+    dense = make_trainer(tiny_model(torch.float64), TrainConfig(max_tokens=100), version=2)
     sparse_model = build_model(CONFIG, dtype=torch.float64, attn_implementation="gyre_tree")
-    sparse = Trainer(sparse_model, TrainerConfig(max_tokens=100, attention="sparse"), version=2)
+    sparse = make_trainer(sparse_model, TrainConfig(max_tokens=100), version=2, attention="sparse")
     samples = dense.prepare(synth_rollouts(replace(SYNTH, groups=1)), 2)
     want, ws = dense.compute_grads(samples)
     got, gs = sparse.compute_grads(samples)
@@ -149,9 +191,16 @@ def test_sparse_attention_path_gives_the_dense_gradients(
         torch.testing.assert_close(got[k], want[k], rtol=1e-9, atol=1e-12)
 
 
-def test_config_round_trips_through_a_dict() -> None:
-    cfg = TrainerConfig(lr=3e-4, betas=(0.8, 0.95), ratio_cap=3.0, advantage_mode="per_path")
-    assert TrainerConfig.from_dict(cfg.to_dict()) == cfg
+def test_the_runs_trainer_takes_its_sections_values() -> None:
+    cfg = RunConfig.from_dict({"seed": 3, "scheduler": {"staleness_bound": 1},
+                               "train": {"lr": 1e-3, "advantage_mode": "per_path"}})  # fmt: skip
+    trainer = Trainer.for_run(tiny_model(), cfg)
+    assert trainer.config is cfg.train and trainer.staleness_bound == 1 and trainer.seed == 3
+    assert trainer.optimizer.param_groups[0]["lr"] == 1e-3
+    assert trainer.config.weighting.mode == "per_path"
+    settings = trainer.settings()
+    assert settings["lr"] == 1e-3 and settings["betas"] == [0.9, 0.999]
+    assert settings["staleness_bound"] == 1 and settings["loss"] == "ppo"
 
 
 # --------------------------------------------------------------------------- steps
@@ -160,7 +209,7 @@ def test_config_round_trips_through_a_dict() -> None:
 @pytest.mark.slow
 def test_a_few_steps_raise_the_rewarded_tokens_probability() -> None:
     model = tiny_model(torch.float32, seed=1)
-    trainer = Trainer(model, TrainerConfig(lr=1e-2, max_tokens=256))
+    trainer = make_trainer(model, TrainConfig(lr=1e-2, max_tokens=256))
     before = low_mass(model)
     for step in range(4):
         rollouts = sample_rollouts(model, groups=4, group_size=8, version=trainer.version,
@@ -179,10 +228,10 @@ def test_a_few_steps_raise_the_rewarded_tokens_probability() -> None:
 @pytest.mark.slow
 def test_dp_width_does_not_change_the_step(float64_exact: None) -> None:
     rollouts = list(synth_rollouts(SYNTH))
-    cfg = TrainerConfig(lr=1e-3, max_tokens=100, clip_high=0.28, ratio_cap=4.0)
+    cfg = TrainConfig(lr=1e-3, max_tokens=100, clip_high=0.28)
     runs = {}
     for width in (1, 3):
-        trainer = Trainer(tiny_model(torch.float64), cfg, version=2)
+        trainer = make_trainer(tiny_model(torch.float64), cfg, version=2, ratio_cap=4.0)
         samples = trainer.prepare(rollouts, 2)
         assert len(samples) >= 4  # enough to fill 3 shards unevenly
         metrics = [trainer.step(rollouts, dp_width=width) for _ in range(2)]
@@ -198,9 +247,9 @@ def test_dp_width_does_not_change_the_step(float64_exact: None) -> None:
 
 
 def _one_step(
-    rollouts: list[Rollout], cfg: TrainerConfig, version: int = 0
+    rollouts: list[Rollout], cfg: TrainConfig, version: int = 0
 ) -> dict[str, torch.Tensor]:
-    trainer = Trainer(tiny_model(), cfg, version=version)
+    trainer = make_trainer(tiny_model(), cfg, version=version)
     trainer.step(rollouts)
     return params(trainer.model)
 
@@ -213,7 +262,7 @@ def test_a_step_does_not_depend_on_the_order_its_rollouts_arrive_in() -> None:
     # Rollouts reach the trainer in the order they finish, which is timing. The same set
     # must give the same weights bit for bit (measured without the sort: 5e-6 apart).
     rollouts = sample_rollouts(tiny_model(), groups=3, group_size=4, length=6)
-    cfg = TrainerConfig(lr=1e-2, max_tokens=40)
+    cfg = TrainConfig(lr=1e-2, max_tokens=40)
     first = _one_step(rollouts, cfg)
     for seed in range(3):
         shuffled = rollouts[:]
@@ -241,7 +290,7 @@ def test_trainer_behaviour_ignores_engine_numerics_for_current_tokens_only(versi
     rollouts = sample_rollouts(tiny_model(), groups=2, group_size=4, length=6)
     jittered = _jitter(rollouts, 5e-7)
     for behaviour in ("recorded", "trainer"):
-        cfg = TrainerConfig(lr=1e-2, max_tokens=64, behaviour=behaviour)  # type: ignore[arg-type]
+        cfg = TrainConfig(lr=1e-2, max_tokens=64, behaviour=behaviour)
         diff = _max_diff(_one_step(rollouts, cfg, version), _one_step(jittered, cfg, version))
         if behaviour == "trainer" and version == 0:
             assert diff == 0.0
@@ -250,7 +299,7 @@ def test_trainer_behaviour_ignores_engine_numerics_for_current_tokens_only(versi
 
 
 def test_shards_are_balanced_and_cover_every_sample_once() -> None:
-    trainer = Trainer(tiny_model(), TrainerConfig(max_tokens=100))
+    trainer = make_trainer(tiny_model(), TrainConfig(max_tokens=100))
     samples = trainer.prepare(synth_rollouts(SYNTH), 2)
     shards = shard_by_tokens(samples, 3)
     assert sorted(id(s) for sh in shards for s in sh) == sorted(id(s) for s in samples)
@@ -260,7 +309,7 @@ def test_shards_are_balanced_and_cover_every_sample_once() -> None:
 
 
 def test_apply_refuses_mismatched_replica_gradients() -> None:
-    trainer = Trainer(tiny_model(), TrainerConfig())
+    trainer = make_trainer(tiny_model())
     good = {n: torch.zeros_like(p) for n, p in trainer.params}
     with pytest.raises(ValueError, match="at least one replica"):
         trainer.apply([])
@@ -274,7 +323,7 @@ def test_apply_refuses_mismatched_replica_gradients() -> None:
 
 def test_all_stale_batch_is_skipped_without_touching_the_weights() -> None:
     model = tiny_model()
-    trainer = Trainer(model, TrainerConfig(staleness_bound=1), version=5)
+    trainer = make_trainer(model, version=5, staleness_bound=1)
     before = params(model)
     metrics = trainer.step(sample_rollouts(model, groups=1, version=2))
     assert metrics["skipped"] == 1.0 and metrics["stale_dropped"] == 4 * 5
@@ -286,7 +335,7 @@ def test_all_stale_batch_is_skipped_without_touching_the_weights() -> None:
 def test_kl_to_the_reference_grows_once_the_policy_moves() -> None:
     model = tiny_model(torch.float64)
     ref = copy.deepcopy(model)
-    trainer = Trainer(model, TrainerConfig(lr=1e-2, kl_coef=0.5, max_tokens=256), ref)
+    trainer = make_trainer(model, TrainConfig(lr=1e-2, kl_coef=0.5, max_tokens=256), ref)
     first = trainer.step(sample_rollouts(model, groups=2, group_size=4))
     assert first["kl"] == pytest.approx(0.0, abs=1e-12)  # policy == reference
     second = trainer.step(sample_rollouts(model, groups=2, group_size=4, version=1, seed=1))
@@ -296,7 +345,7 @@ def test_kl_to_the_reference_grows_once_the_policy_moves() -> None:
 
 def test_sft_warm_start_learns_the_demonstration() -> None:
     model = tiny_model(torch.float64)
-    trainer = Trainer(model, TrainerConfig(lr=1e-2))
+    trainer = make_trainer(model, TrainConfig(lr=1e-2))
     prompt, target = [1, 2, 3], [7, 8, 9]
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([prompt + target])).logits[0]
@@ -313,7 +362,7 @@ def test_sft_warm_start_learns_the_demonstration() -> None:
 
 def test_exported_weights_change_a_published_engine(tmp_path: Path) -> None:
     model = tiny_model()
-    trainer = Trainer(model, TrainerConfig(lr=5e-2, max_tokens=256))
+    trainer = make_trainer(model, TrainConfig(lr=5e-2, max_tokens=256))
     engine = TorchEngine(tiny_model(), version=0)  # same initial weights as the trainer's
     greedy = SamplingParams(max_tokens=6, temperature=0.0)
 

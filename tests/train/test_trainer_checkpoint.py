@@ -5,18 +5,24 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
+from gyre_core.config import TrainConfig
 from gyre_core.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from gyre_core.train.trainer import Trainer, TrainerConfig
+from gyre_core.train.trainer import Trainer
 from gyre_core.trajectory.format import Rollout
 from gyre_core.trajectory.synth import synth_rollouts
-from tests.train.test_trainer import SYNTH, params, tiny_model
+from tests.train.test_trainer import SYNTH, make_trainer, params, tiny_model
 
-CFG = TrainerConfig(lr=1e-3, max_tokens=256, weight_decay=0.01)
+CFG = TrainConfig(lr=1e-3, max_tokens=256)
+
+
+def new(model: Any, train: TrainConfig = CFG, **kw: Any) -> Trainer:
+    return make_trainer(model, train, weight_decay=0.01, **kw)
 
 
 def batch(index: int) -> list[Rollout]:
@@ -35,14 +41,14 @@ def run(trainer: Trainer, start: int, steps: int) -> int:
 
 
 def test_resumed_run_equals_the_uninterrupted_one(tmp_path: Path) -> None:
-    trainer = Trainer(tiny_model(seed=0), CFG, version=2)  # the log's newest version
+    trainer = new(tiny_model(seed=0), version=2)  # the log's newest version
     pos = run(trainer, 0, 2)
     saved = save_checkpoint(tmp_path, trainer, {"next_batch": pos})
     after_save = draws()
     run(trainer, pos, 2)
     want = params(trainer.model)
 
-    resumed = Trainer(tiny_model(seed=7), CFG)  # other initial weights: all must be loaded
+    resumed = new(tiny_model(seed=7))  # other initial weights: all must be loaded
     found = latest_checkpoint(tmp_path)
     assert found == saved
     ck = load_checkpoint(found, resumed)
@@ -57,7 +63,7 @@ def test_resumed_run_equals_the_uninterrupted_one(tmp_path: Path) -> None:
 
 def test_latest_ignores_unfinished_writes_and_picks_the_highest_version(tmp_path: Path) -> None:
     assert latest_checkpoint(tmp_path / "none") is None
-    trainer = Trainer(tiny_model(), CFG)
+    trainer = new(tiny_model())
     first = save_checkpoint(tmp_path, trainer)
     trainer.version = 12
     last = save_checkpoint(tmp_path, trainer, {"i": 1})
@@ -69,19 +75,19 @@ def test_latest_ignores_unfinished_writes_and_picks_the_highest_version(tmp_path
     assert again == last and sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [".tmp-step-00000099-1", "step-00000000", "step-00000012", "step-00000050"]
     )
-    assert load_checkpoint(again, Trainer(tiny_model(), CFG)).data_position == {"i": 2}
+    assert load_checkpoint(again, new(tiny_model())).data_position == {"i": 2}
 
 
 def test_bad_checkpoints_and_mismatched_configs_are_refused(tmp_path: Path) -> None:
-    trainer = Trainer(tiny_model(), CFG)
+    trainer = new(tiny_model())
     with pytest.raises(ValueError, match="data_position must be JSON-serialisable"):
         save_checkpoint(tmp_path, trainer, {"x": object()})
     with pytest.raises(FileNotFoundError, match="is not a checkpoint"):
         load_checkpoint(tmp_path, trainer)
     path = save_checkpoint(tmp_path, trainer)
-    other = Trainer(tiny_model(), replace(CFG, lr=2e-3, staleness_bound=1))
+    other = new(tiny_model(), replace(CFG, lr=2e-3), staleness_bound=1)
     with pytest.raises(
         ValueError, match=r"different trainer config \(lr, staleness_bound differ\)"
     ):
         load_checkpoint(path, other)
-    assert load_checkpoint(path, other, strict_config=False).config == CFG
+    assert load_checkpoint(path, other, strict_config=False).config == trainer.settings()

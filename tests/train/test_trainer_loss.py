@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from gyre_core.config import TrainConfig
 from gyre_core.train.losses import LossSettings, TokenBatch, get_loss, k3_kl, ppo_loss
-from gyre_core.train.trainer import Trainer, TrainerConfig
 from gyre_core.train.tree_attention import token_logprobs, tree_forward, tree_pg_loss
 from gyre_core.trajectory.sample import PackedSample
-from tests.train.test_trainer import sample_rollouts, tiny_model
+from tests.train.test_trainer import make_trainer, sample_rollouts, tiny_model
 
 
 def current_logprobs(model: torch.nn.Module, s: PackedSample) -> np.ndarray:
@@ -31,7 +31,7 @@ def grads_of(model: torch.nn.Module, loss: torch.Tensor) -> list[torch.Tensor]:
 @pytest.mark.parametrize("loss", ["ppo", "pg"])
 def test_on_policy_loss_is_the_plain_policy_gradient(loss: str, float64_exact: None) -> None:
     model = tiny_model(torch.float64)
-    trainer = Trainer(model, TrainerConfig(loss=loss, max_tokens=64))
+    trainer = make_trainer(model, TrainConfig(max_tokens=64), loss=loss)
     samples = trainer.prepare(sample_rollouts(model, groups=3), current_version=0)
     for s in samples:  # behaviour = current policy exactly: every ratio is 1
         s.logprob = np.where(s.trainable, current_logprobs(model, s), np.nan)
@@ -84,7 +84,7 @@ def test_decoupled_loss_weights_stale_tokens_by_the_truncated_importance_ratio()
 
 def test_clip_fraction_counts_far_off_policy_tokens() -> None:
     model = tiny_model(torch.float64)
-    trainer = Trainer(model, TrainerConfig(max_tokens=64))
+    trainer = make_trainer(model, TrainConfig(max_tokens=64))
     samples = trainer.prepare(sample_rollouts(model, groups=2), current_version=0)
     for s in samples:  # behaviour 2 nats below current: every ratio is e^2 > 1 + clip_high
         s.logprob = np.where(s.trainable, current_logprobs(model, s) - 2.0, np.nan)
@@ -104,7 +104,7 @@ def test_clip_fraction_counts_far_off_policy_tokens() -> None:
 
 def test_stale_tokens_are_dropped_and_counted() -> None:
     model = tiny_model(torch.float64)
-    trainer = Trainer(model, TrainerConfig(staleness_bound=2, max_tokens=256))
+    trainer = make_trainer(model, TrainConfig(max_tokens=256), staleness_bound=2)
     old = sample_rollouts(model, groups=2, version=1, seed=1, tag="old")
     new = sample_rollouts(model, groups=2, version=4, seed=2, tag="new")
     mixed = trainer.prepare(old + new, current_version=5)
@@ -125,7 +125,7 @@ def test_stale_tokens_are_dropped_and_counted() -> None:
 
 def test_tokens_newer_than_the_policy_are_refused() -> None:
     model = tiny_model(torch.float32)
-    trainer = Trainer(model, TrainerConfig())
+    trainer = make_trainer(model)
     with pytest.raises(ValueError, match="newer than the current version 2"):
         trainer.prepare(sample_rollouts(model, groups=1, version=3), current_version=2)
 
@@ -137,5 +137,5 @@ def test_k3_kl_is_zero_at_equality_and_positive_elsewhere() -> None:
 
 
 def test_unknown_loss_names_the_registered_ones() -> None:
-    with pytest.raises(ValueError, match="unknown loss 'dpo'; registered: decoupled, pg, ppo"):
+    with pytest.raises(ValueError, match="unknown loss 'dpo'; expected one of ppo, decoupled, pg"):
         get_loss("dpo")

@@ -10,7 +10,9 @@ import torch
 
 from gyre_core.config import ConfigError, RunConfig
 from gyre_core.events import ListSink
+from gyre_core.runtime.benchmark import benchmark, run_benchmark
 from gyre_core.runtime.session import SessionFactory, make_model_dir, tokenizer_corpus
+from gyre_core.runtime.warm_start import WarmStart
 
 LEARN = {
     "model": {"tokenizer": "suite", "hidden_size": 64, "layers": 1},
@@ -45,13 +47,14 @@ def test_warm_start_trains_on_fresh_demos_and_restores_the_rl_lr(model_dir) -> N
     factory = SessionFactory(cfg, model_dir, ListSink(), lambda: 0.0)
     trainer = factory.make_trainer()
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
-    losses = asyncio.run(factory.warm_start(trainer))
+    warm = WarmStart(factory)
+    losses = asyncio.run(warm.run(trainer))
     assert len(losses) == 4 and losses[-1] < losses[0]
     assert trainer.version == 0  # the warm-started weights are version 0 of the RL run
     assert [g["lr"] for g in trainer.optimizer.param_groups] == [1e-3]
     after = trainer.model.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
-    assert factory.warm_start_losses == losses
+    assert warm.warm_start_losses == losses
 
 
 def test_learning_fields_are_validated() -> None:
@@ -137,13 +140,14 @@ def test_a_sampled_benchmark_scores_k_seeded_draws_a_task(model_dir) -> None:  #
 
     def score(samples: int) -> tuple[float, list[tuple[str, float, int | None]]]:
         asked.clear()
-        s = asyncio.run(factory.benchmark(Router({"e": Recording(model)}), 3, samples=samples))
+        s = asyncio.run(benchmark(factory, Router({"e": Recording(model)}), 3, samples=samples))
         return s, list(asked)
 
     greedy, greedy_calls = score(0)
+    assert 0.0 <= greedy <= 1.0
     assert {t for _, t, _ in greedy_calls} == {0.0}
     assert {r for r, _, _ in greedy_calls} == {"bench-v3-0", "bench-v3-1"}  # one per task
-    assert [(e.score, e.tasks) for e in sink.events if e.kind == "benchmark"] == [(greedy, 2)]
+    assert not [e for e in sink.events if e.kind == "benchmark"]  # a reading: no event
 
     sampled, calls = score(3)
     assert {t for _, t, _ in calls} == {0.9}  # the rollouts' temperature
@@ -152,11 +156,16 @@ def test_a_sampled_benchmark_scores_k_seeded_draws_a_task(model_dir) -> None:  #
     first_seed = {r: seed for r, _, seed in reversed(calls)}  # each session's first call
     assert len(set(first_seed.values())) == 6  # every draw is seeded apart
     assert 0.0 <= sampled <= 1.0
-    assert len([e for e in sink.events if e.kind == "benchmark"]) == 1  # no event of its own
     again, calls_again = score(3)
     assert (again, calls_again) == (sampled, calls)  # the same draws every time
+    # The run's own benchmark: rollout.benchmark_samples draws a task, and an event.
+    d["rollout"]["benchmark_samples"] = 3  # type: ignore[index]
+    own = SessionFactory(RunConfig.from_dict(d), model_dir, sink, lambda: 0.0)
+    assert asyncio.run(run_benchmark(own, Router({"e": TorchEngine(model)}), 3)) == sampled
+    events = [e for e in sink.events if e.kind == "benchmark"]
+    assert [(e.step, e.score, e.tasks, e.samples) for e in events] == [(3, sampled, 2, 3)]
     with pytest.raises(ValueError, match="samples"):
-        asyncio.run(factory.benchmark(Router({"e": TorchEngine(model)}), 3, samples=-1))
+        asyncio.run(benchmark(factory, Router({"e": TorchEngine(model)}), 3, samples=-1))
 
 
 def test_tied_embeddings_share_one_matrix(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -175,13 +184,14 @@ def _hasty(model_dir, k: int, skip: float) -> tuple[list[str], float, object]:  
     from transformers import AutoTokenizer
 
     from gyre_core.rollout.agents import ScriptedAgent
-    from gyre_core.rollout.harness import HarnessConfig, run_session
+    from gyre_core.rollout.harness import run_session
     from gyre_core.rollout.task_env import make_env
+    from tests.rollout.budgets import session_config
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     env = make_env("repo", "train", 3 * k, seed=k, hints=True)  # short tasks
     agent = ScriptedAgent(env, tok, skip_check=skip, seed=k)
-    r = asyncio.run(run_session(env, agent, tok, HarnessConfig(max_turns=60), rollout_id=f"h{k}"))
+    r = asyncio.run(run_session(env, agent, tok, session_config(max_turns=60), rollout_id=f"h{k}"))
     actions = [tok.decode(c.completion_ids).strip() for c in r.calls]
     return actions, r.progress, env
 
@@ -257,8 +267,9 @@ def test_warm_start_cache_reuses_an_identical_warm_start_exactly(model_dir, tmp_
     def warm(c: RunConfig):  # type: ignore[no-untyped-def]
         factory = SessionFactory(c, model_dir, ListSink(), lambda: 0.0)
         trainer = factory.make_trainer()
-        losses = asyncio.run(factory.warm_start(trainer))
-        return factory, trainer, losses
+        ws = WarmStart(factory)
+        losses = asyncio.run(ws.run(trainer))
+        return ws, trainer, losses
 
     first, t1, losses1 = warm(cfg)
     assert first.warm_start_cached == "" and len(losses1) == 4
@@ -289,21 +300,22 @@ def test_warm_start_ends_early_at_the_target_loss(model_dir) -> None:  # type: i
         d = {**LEARN, "model": {"checkpoint": str(model_dir)},
              "train": {**LEARN["train"], "warm_start_steps": 22, "warm_start_until_loss": until}}  # fmt: skip
         factory = SessionFactory(RunConfig.from_dict(d), model_dir, ListSink(), lambda: 0.0)
-        return asyncio.run(factory.warm_start(factory.make_trainer()))
+        return asyncio.run(WarmStart(factory).run(factory.make_trainer()))
 
     assert len(run(1e6)) == 20  # the first full window of 20 steps is under any loss
     assert len(run(0.0)) == 22  # 0: every step
 
 
 def test_anneal_steps_follow_the_target_loss_at_their_own_rate(model_dir) -> None:  # type: ignore[no-untyped-def]
-    def run(**train: float) -> tuple[list[float], SessionFactory]:
+    def run(**train: float) -> tuple[list[float], WarmStart]:
         d = {**LEARN, "model": {"checkpoint": str(model_dir)},
              "train": {**LEARN["train"], "warm_start_steps": 22, **train}}  # fmt: skip
         factory = SessionFactory(RunConfig.from_dict(d), model_dir, ListSink(), lambda: 0.0)
         trainer = factory.make_trainer()
-        losses = asyncio.run(factory.warm_start(trainer))
+        warm = WarmStart(factory)
+        losses = asyncio.run(warm.run(trainer))
         assert trainer.version == 0 and [g["lr"] for g in trainer.optimizer.param_groups] == [1e-3]
-        return losses, factory
+        return losses, warm
 
     # Stopped at 20 steps by the target loss, then 3 anneal steps: at the warm start's own
     # rate they are exactly the 21st-23rd steps of a longer warm start ...
@@ -312,10 +324,10 @@ def test_anneal_steps_follow_the_target_loss_at_their_own_rate(model_dir) -> Non
     longer, _ = run(warm_start_steps=23)
     assert len(same) == 23 and same == longer
     # ... and at a lower rate they train the same demonstrations differently.
-    low, factory = run(warm_start_until_loss=1e6, warm_start_anneal_steps=3,
-                       warm_start_anneal_lr=1e-4)  # fmt: skip
+    low, warm = run(warm_start_until_loss=1e6, warm_start_anneal_steps=3,
+                    warm_start_anneal_lr=1e-4)  # fmt: skip
     assert low[:20] == same[:20] and low[20:] != same[20:]
-    assert factory.warm_start_losses == low
+    assert warm.warm_start_losses == low
 
 
 def test_warm_start_continues_where_an_earlier_one_stopped(model_dir) -> None:  # type: ignore[no-untyped-def]
@@ -327,11 +339,11 @@ def test_warm_start_continues_where_an_earlier_one_stopped(model_dir) -> None:  
 
     whole = factory(4)
     t_whole = whole.make_trainer()
-    losses = asyncio.run(whole.warm_start(t_whole))
+    losses = asyncio.run(WarmStart(whole).run(t_whole))
     part = factory(2)
     t_part = part.make_trainer()
-    first = asyncio.run(part.warm_start(t_part))
-    rest = asyncio.run(factory(4).warm_start(t_part, first_step=2))
+    first = asyncio.run(WarmStart(part).run(t_part))
+    rest = asyncio.run(WarmStart(factory(4)).run(t_part, first_step=2))
     assert first + rest == losses  # the same demonstrations, in the same order
     a, b = t_whole.model.state_dict(), t_part.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -345,7 +357,7 @@ def test_warm_start_from_a_weights_file(model_dir, tmp_path) -> None:  # type: i
     d = {**LEARN, "model": {"checkpoint": str(model_dir)}}
     warmed = SessionFactory(RunConfig.from_dict(d), model_dir, ListSink(), lambda: 0.0)
     trainer = warmed.make_trainer()
-    losses = asyncio.run(warmed.warm_start(trainer))
+    losses = asyncio.run(WarmStart(warmed).run(trainer))
     path = tmp_path / "warm.safetensors"
     save_file({k: v.contiguous() for k, v in trainer.model.state_dict().items()}, str(path))
     path.with_suffix(".json").write_text(json.dumps({"losses": losses, "seconds": 1.5}))
@@ -353,30 +365,32 @@ def test_warm_start_from_a_weights_file(model_dir, tmp_path) -> None:  # type: i
     cfg = RunConfig.from_dict({**d, "train": {**LEARN["train"], "warm_start_from": str(path)}})
     factory = SessionFactory(cfg, model_dir, ListSink(), lambda: 0.0)
     fresh = factory.make_trainer()
-    assert asyncio.run(factory.warm_start(fresh)) == losses  # no step of its own
+    warm = WarmStart(factory)
+    assert asyncio.run(warm.run(fresh)) == losses  # no step of its own
     a, b = trainer.model.state_dict(), fresh.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert factory.warm_start_cached == str(path) and factory.warm_start_s == 1.5
+    assert warm.warm_start_cached == str(path) and warm.warm_start_s == 1.5
     assert fresh.version == 0
 
     missing = RunConfig.from_dict({**d, "train": {"warm_start_from": str(tmp_path / "no")}})
     f2 = SessionFactory(missing, model_dir, ListSink(), lambda: 0.0)
     with pytest.raises(ValueError, match="no such file"):
-        asyncio.run(f2.warm_start(f2.make_trainer()))
+        asyncio.run(WarmStart(f2).run(f2.make_trainer()))
     wider = {**d, "model": {"tokenizer": "suite", "hidden_size": 96, "layers": 1}}
     other_dir = make_model_dir(RunConfig.from_dict(wider), tmp_path / "wide")
     wide = RunConfig.from_dict({**wider, "model": {**wider["model"], "checkpoint": str(other_dir)},
                                 "train": {"warm_start_from": str(path)}})  # fmt: skip
     f3 = SessionFactory(wide, other_dir, ListSink(), lambda: 0.0)
     with pytest.raises(ValueError, match="does not fit this run's model"):
-        asyncio.run(f3.warm_start(f3.make_trainer()))
+        asyncio.run(WarmStart(f3).run(f3.make_trainer()))
 
 
 def test_advantage_settings_reach_the_trainer(model_dir) -> None:  # type: ignore[no-untyped-def]
     d = {**LEARN, "model": {"checkpoint": str(model_dir)},
          "train": {"advantage_mode": "per_path", "normalise_std": True}}  # fmt: skip
-    tc = SessionFactory(RunConfig.from_dict(d), model_dir, ListSink(), lambda: 0.0).trainer_config
-    assert (tc.advantage_mode, tc.normalise_std) == ("per_path", True)
+    factory = SessionFactory(RunConfig.from_dict(d), model_dir, ListSink(), lambda: 0.0)
+    weighting = factory.make_trainer().config.weighting
+    assert (weighting.mode, weighting.normalise_std) == ("per_path", True)
     assert RunConfig().train.advantage_mode == "once"
     with pytest.raises(ConfigError) as err:
         RunConfig.from_dict({"train": {"advantage_mode": "sum"}})
@@ -393,3 +407,40 @@ def test_kv_heads_shape_the_tiny_model(tmp_path) -> None:
     with pytest.raises(ConfigError, match=r"model\.kv_heads: must divide"):  # at the edge
         RunConfig.from_dict({"model": {"hidden_size": 64, "kv_heads": 3}})
     assert RunConfig().model.kv_heads == 1
+
+
+def test_a_warm_start_reports_its_steps_as_phase_progress(model_dir) -> None:  # type: ignore[no-untyped-def]
+    from gyre_core.events import PhaseProgress
+
+    d = {**LEARN, "model": {"checkpoint": str(model_dir)},
+         "train": {**LEARN["train"], "warm_start_anneal_steps": 2, "warm_start_until_loss": 0.01}}  # fmt: skip
+    sink = ListSink()
+    factory = SessionFactory(RunConfig.from_dict(d), model_dir, sink, lambda: 0.0)
+    asyncio.run(WarmStart(factory).run(factory.make_trainer()))
+    seen = [(e.phase, e.done, e.total) for e in sink.of(PhaseProgress)]
+    assert seen == [("warm start", k, 4) for k in range(5)] + [
+        ("warm start (anneal)", k, 2) for k in range(3)
+    ]
+    last = sink.of(PhaseProgress)[4]
+    assert last.message.startswith("loss ") and "(target 0.01)" in last.message
+
+
+def test_a_warm_start_that_misses_its_target_says_so(model_dir) -> None:  # type: ignore[no-untyped-def]
+    def run(until: float, steps: int = 3) -> tuple[WarmStart, ListSink]:
+        d = {**LEARN, "model": {"checkpoint": str(model_dir)},
+             "train": {**LEARN["train"], "warm_start_steps": steps,
+                       "warm_start_until_loss": until, "warm_start_cache": ""}}  # fmt: skip
+        sink = ListSink()
+        factory = SessionFactory(RunConfig.from_dict(d), model_dir, sink, lambda: 0.0)
+        warm = WarmStart(factory)
+        asyncio.run(warm.run(factory.make_trainer()))
+        return warm, sink
+
+    missed, sink = run(1e-6)  # no loss gets there in 3 steps
+    assert missed.missed_target is not None and missed.missed_target > 1e-6
+    last = [e for e in sink.events if e.kind == "phase_progress" and e.phase == "warm start"][-1]
+    assert "NOT reached" in last.message and last.done == last.total == 3
+    reached, _ = run(1e6, steps=22)  # the first full window of 20 steps is under it
+    assert reached.missed_target is None
+    none, _ = run(0.0)  # no target: nothing to miss
+    assert none.missed_target is None

@@ -17,6 +17,8 @@ from gyre_core.trajectory.export import (
 from gyre_core.trajectory.rewards import Weighting
 from gyre_core.trajectory.synth import PRESETS, synth_rollouts
 
+ONCE = Weighting("once", normalise_std=False)  # the train section's defaults
+
 ROLLOUTS = list(synth_rollouts(PRESETS["tiny"]))  # every kind of call, retries included
 
 
@@ -24,7 +26,7 @@ def _leaves(node) -> int:
     return sum(_leaves(c) for c in node.children.values()) if node.children else 1
 
 
-@pytest.mark.parametrize("weighting", [Weighting(), Weighting("per_path", normalise_std=True)])
+@pytest.mark.parametrize("weighting", [ONCE, Weighting("per_path", normalise_std=True)])
 def test_specs_are_the_weighed_tree_in_preorder_and_keys_find_their_nodes(weighting):
     group = ROLLOUTS[0].group_id
     out = export_group(ROLLOUTS, group, weighting, decode=None)
@@ -55,8 +57,8 @@ def test_specs_are_the_weighed_tree_in_preorder_and_keys_find_their_nodes(weight
 
 
 def test_a_key_or_span_the_tree_lacks_finds_nothing():
-    out = export_group(ROLLOUTS, ROLLOUTS[0].group_id, Weighting(), decode=None)
-    assert out is not None and export_group(ROLLOUTS, "no-such-group", Weighting(), None) is None
+    out = export_group(ROLLOUTS, ROLLOUTS[0].group_id, ONCE, decode=None)
+    assert out is not None and export_group(ROLLOUTS, "no-such-group", ONCE, None) is None
     first = out.nodes[0]
     assert node_at(out.tree, path_key([10_000])) is None and node_at(out.tree, "") is None
     assert node_at(out.tree, "zz!") is None
@@ -65,8 +67,8 @@ def test_a_key_or_span_the_tree_lacks_finds_nothing():
 
 
 def test_a_runs_weighting_is_read_from_its_train_section_with_its_defaults():
-    assert run_weighting({}) == Weighting() == run_weighting(RunConfig().to_dict())
+    assert run_weighting({}) == ONCE == run_weighting(RunConfig().to_dict())
     cfg = RunConfig.from_dict({"train": {"advantage_mode": "per_path", "normalise_std": True}})
     assert run_weighting(cfg.to_dict()) == Weighting("per_path", normalise_std=True)
-    with pytest.raises(ValueError, match="advantage mode"):
+    with pytest.raises(ValueError, match=r"train\.advantage_mode: must be one of once, per_path"):
         run_weighting({"train": {"advantage_mode": "sum"}})

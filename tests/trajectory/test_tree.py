@@ -88,7 +88,7 @@ def test_std_normalisation_and_binary_reward() -> None:
 
 
 def test_packing_splits_with_context(tree) -> None:
-    assign_weights(tree)
+    assign_weights(tree, mode="once")
     (whole,) = pack_trees([tree], 11)
     assert len(whole) == 11 and whole.trainable.sum() == 6
     samples = pack_trees([tree], 8)

@@ -1,11 +1,13 @@
-// One run, live: status and controls, GPU role timeline, rollout progress, metrics,
-// trajectory trees and the event log. Controls show only to a caller who may use them
+// One run, live: status and controls, the current long phase (model build, warm start,
+// benchmark, ...), GPU role timeline, rollout progress, metrics, trajectory trees and the
+// event log. Controls show only to a caller who may use them
 // (`can_edit` from the API: a writer in the run's team); `readOnly` hides them (share links).
 
 import { useEffect, useState } from "react";
 import { useNavigate } from "react-router-dom";
 import { EventLog } from "../components/EventLog";
 import { MetricsGrid } from "../components/MetricsGrid";
+import { PhaseBar } from "../components/PhaseBar";
 import { RoleTimelineView } from "../components/RoleTimelineView";
 import { RolloutPanel } from "../components/RolloutPanel";
 import { TreeBrowser } from "../components/TreeBrowser";
@@ -111,6 +113,7 @@ export function RunView({ runId, readOnly = false }: { runId: number; readOnly?:
       )}
       {error && <p className="error">{error}</p>}
       {run.error && <pre className="error">{run.error}</pre>}
+      <PhaseBar events={live.events} version={version} />
       <section>
         <h3>GPU role timeline</h3>
         <RoleTimelineView timeline={live.timeline} version={version} />

@@ -24,6 +24,7 @@ from typing import Any
 
 from django.conf import settings
 
+from gyre_core.config import RunConfig
 from gyre_core.trajectory.export import (
     Decode,
     PrefixTree,
@@ -108,7 +109,7 @@ def _keep(key: _TreeKey, tree: PrefixTree | None) -> None:
 def _model_tokenizer(run_id: int, config: dict[str, Any]) -> Path | None:
     """The tokenizer of the run's model: the configured checkpoint, or the tiny model the
     real runtime builds in the run's work folder."""
-    checkpoint = str((config.get("model") or {}).get("checkpoint") or "")
+    checkpoint = RunConfig.from_dict(config).model.checkpoint
     folder = (
         Path(checkpoint) if checkpoint else Path(settings.GYRE_RUNS_DIR) / str(run_id) / "model"
     )

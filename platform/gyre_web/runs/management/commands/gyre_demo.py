@@ -24,6 +24,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from gyre_core.events import PhaseProgress
 from gyre_web.runs import services
 from gyre_web.runs.models import Experiment, Run, RunEvent
 from gyre_web.teams.models import Team
@@ -155,6 +156,8 @@ def _describe(kind: str, data: dict[str, Any]) -> str:
         return f"benchmark {data.get('suite')} at step {data.get('step')}: {data.get('score')}"
     if kind == "role_change" and data.get("to_role") != "switching":
         return f"unit {data.get('unit')}: {data.get('from_role')} -> {data.get('to_role')}"
+    if kind == "phase_progress":  # model build, engine start, warm start, benchmark
+        return PhaseProgress(t=0.0, **data).line()
     if kind == "call_migrated":
         return f"call of {data.get('rollout_id')} migrated, {data.get('tokens_kept')} tokens kept"
     return ""

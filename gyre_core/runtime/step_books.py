@@ -1,0 +1,184 @@
+"""A real run's books, step by step: each step's events (``tree_ready``,
+``rollouts_written``, ``step_finished``), its payload file and checkpoint, what a resumed
+run takes back from the last checkpoint, and the summary at the end."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gyre_core import events as ev
+from gyre_core.config import RunConfig
+from gyre_core.rollout.router import Router
+from gyre_core.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from gyre_core.train.trainer import Trainer
+from gyre_core.trajectory.format import Rollout, read_rollouts
+from gyre_core.trajectory.stats import tree_stats
+from gyre_core.trajectory.tree import PrefixTree, build_trees
+from gyre_core.trajectory.writer import write_rollouts
+
+if TYPE_CHECKING:
+    from gyre_core.runtime.loop import Loop
+    from gyre_core.runtime.session import SessionFactory
+    from gyre_core.runtime.warm_start import WarmStart
+
+
+class StepBooks:
+    """Counts what the steps trained (tokens per call and unique, each step's metrics and
+    finishing time, the rollouts trained so far) and writes each step's events and files."""
+
+    def __init__(self, cfg: RunConfig, sink: ev.EventSink, clock: Callable[[], float]) -> None:
+        self.cfg, self.sink, self.clock = cfg, sink, clock
+        self.tokens_per_call = 0
+        self.tokens_unique = 0
+        self.step_rows: list[dict[str, Any]] = []
+        self.trained_ids: set[str] = set()  # rollouts already trained (kept in checkpoints)
+        self.step_at: list[float] = []  # run-clock time each step finished
+
+    def step_done(
+        self,
+        trainer: Trainer,
+        batch: list[Rollout],
+        metrics: dict[str, Any],
+        loop: Loop,
+        ckpt_root: Path,
+        trees: dict[str, PrefixTree] | None = None,
+    ) -> None:
+        """A step's books and events. ``trees``: the step's trees as the trainer built them
+        (the loop hands them on), else built here."""
+        if trees is None:
+            trees = build_trees(batch)
+        stats = tree_stats(trees.values())
+        self.tokens_per_call += stats["tokens_per_call"]
+        self.tokens_unique += stats["tokens_unique"]
+        for gid in dict.fromkeys(r.group_id for r in batch):  # the batch's order of groups
+            one = tree_stats([trees[gid]])
+            self.sink.emit(
+                ev.TreeReady(
+                    t=self.clock(),
+                    group_id=gid,
+                    rollouts=one["rollouts"],
+                    tokens_unique=one["tokens_unique"],
+                    tokens_per_call=one["tokens_per_call"],
+                    nodes=one["nodes"],
+                )
+            )
+        self.write_payload(batch, trainer.version, ckpt_root.parent / "rollouts")
+        reward = sum(r.reward if r.reward is not None else r.progress for r in batch) / len(batch)
+        progress = sum(r.progress for r in batch) / len(batch)
+        metrics = {
+            **metrics,
+            "reward": reward,
+            "progress": progress,
+            "dedup_ratio": stats["dedup_vs_call"],
+            "rollouts": float(len(batch)),
+        }
+        clean = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)}
+        self.step_rows.append(clean)
+        self.step_at.append(self.clock())
+        self.sink.emit(
+            ev.StepFinished(
+                t=self.clock(), step=trainer.version, version=trainer.version, metrics=clean
+            )
+        )
+        if trainer.version % self.cfg.checkpoint_every == 0 or trainer.version == self.cfg.steps:
+            trained = {r.rollout_id for r in batch}
+            self.trained_ids |= trained
+            path = save_checkpoint(
+                ckpt_root,
+                trainer,
+                {
+                    "trained": sorted(self.trained_ids),
+                    "ready": [r.rollout_id for r in loop.ready],
+                },
+            )
+            write_rollouts(path / "ready.jsonl", loop.ready)
+        else:
+            self.trained_ids |= {r.rollout_id for r in batch}
+
+    def write_payload(self, batch: list[Rollout], step: int, folder: Path) -> Path:
+        """The step's rollouts as ``gyre.trajectory/v1`` (written to a temporary name, then
+        renamed: a reader never sees half a file) and the ``rollouts_written`` event."""
+        folder.mkdir(parents=True, exist_ok=True)
+        path = (folder / f"step-{step:05d}.jsonl").resolve()
+        tmp = path.with_suffix(".jsonl.tmp")
+        write_rollouts(tmp, batch)
+        tmp.replace(path)
+        groups = list(dict.fromkeys(r.group_id for r in batch))
+        self.sink.emit(
+            ev.RolloutsWritten(
+                t=self.clock(), step=step, path=str(path), rollouts=len(batch), groups=groups
+            )
+        )
+        return path
+
+    def restore(self, trainer: Trainer, root: Path) -> tuple[list[Rollout], list[int]] | None:
+        path = latest_checkpoint(root)
+        if path is None:
+            return None
+        ck = load_checkpoint(path, trainer)
+        self.trained_ids = set(ck.data_position["trained"])
+        ready = list(read_rollouts(path / "ready.jsonl")) if (path / "ready.jsonl").exists() else []
+        done = self.trained_ids | {r.rollout_id for r in ready}
+        total = self.cfg.steps * self.cfg.rollout.tasks_per_step * self.cfg.rollout.group_size
+        pending = [i for i in range(total) if f"r{i}" not in done]
+        return ready, pending
+
+    def summary(
+        self,
+        loop: Loop,
+        router: Router,
+        before: float,
+        after: float,
+        wall_s: float,
+        sessions: SessionFactory,
+        warm: WarmStart,
+    ) -> dict[str, Any]:
+        """The run's ``summary.json``: what the loop, the router and these books counted,
+        the benchmark before and after RL, and the warm start's figures."""
+        c, first = loop.counters, sessions.first_rollout_at
+        steps = self.step_rows
+        return {
+            "policy": self.cfg.policy,
+            "backend": "real",
+            "status": "succeeded",
+            "steps": loop.trainer.version,
+            "wall_s": round(wall_s, 2),
+            "benchmark_before": before,
+            "benchmark_after": after,
+            "sessions_restarted": router.stats.sessions_restarted,
+            "role_switches": c.role_switches,
+            "calls_migrated": router.stats.calls_migrated,
+            "tokens_reprefilled": router.stats.tokens_reprefilled,
+            "tokens_discarded": router.stats.tokens_discarded,
+            "tokens_trained": c.tokens_trained,
+            "dedup_vs_call": round(self.tokens_per_call / max(1, self.tokens_unique), 4),
+            "step_s_mean": self._step_s(first),
+            "switch_s_mean": round(sum(c.switch_s) / max(1, len(c.switch_s)), 3),
+            "weight_sync_s_mean": round(sum(c.weight_sync_s) / max(1, len(c.weight_sync_s)), 3),
+            "train_s_mean": round(sum(c.train_s) / max(1, len(c.train_s)), 3),
+            "reward_by_step": [round(s.get("reward", 0.0), 4) for s in steps],
+            "progress_by_step": [round(s.get("progress", 0.0), 4) for s in steps],
+            "warm_start_s": warm.warm_start_s,
+            "warm_start_loss": round(warm.warm_start_losses[-1], 4)
+            if warm.warm_start_losses
+            else None,
+            "warm_start_steps": len(warm.warm_start_losses),
+            "warm_start_cached": warm.warm_start_cached or None,
+            "warm_start_missed_target": warm.missed_target,
+            "rl_wall_s": self._rl_wall_s(first),
+            "switch_mode": self.cfg.scheduler.switch_mode,
+        }
+
+    def _rl_wall_s(self, first_rollout_at: float | None) -> float:
+        """Wall seconds of the RL part: from the first rollout to the last step."""
+        if not self.step_at or first_rollout_at is None:
+            return 0.0
+        return round(self.step_at[-1] - first_rollout_at, 2)
+
+    def _step_s(self, first_rollout_at: float | None) -> float:
+        """Mean wall seconds per training step, from the first rollout to the last step."""
+        if not self.step_at or first_rollout_at is None:
+            return 0.0
+        return round((self.step_at[-1] - first_rollout_at) / len(self.step_at), 3)

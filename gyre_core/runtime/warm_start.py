@@ -1,0 +1,205 @@
+"""The supervised warm start of a real run: steps on scripted demonstrations of training
+tasks before RL, an annealing tail at a lower rate, and the two ways to skip it (an
+identical earlier warm start from the cache, runtime/warm_cache.py, or the weights file
+``train.warm_start_from`` names, which ``gyre warm-start`` writes: runtime/warm_file.py). Its progress is reported as
+``phase_progress`` events (:data:`PHASE`, :data:`ANNEAL_PHASE`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from safetensors.torch import load_file
+
+from gyre_core import events as ev
+from gyre_core.rollout.agents import ScriptedAgent
+from gyre_core.rollout.harness import run_session
+from gyre_core.rollout.task_env import make_env
+from gyre_core.runtime import warm_cache
+from gyre_core.runtime.session import SessionFactory, task_index
+from gyre_core.train.trainer import Trainer
+
+PHASE, ANNEAL_PHASE = "warm start", "warm start (anneal)"  # phase_progress names
+REPORT_EVERY = 25  # steps between phase_progress events (fewer steps: about ten a phase)
+
+
+class WarmStart:
+    """Runs a config's warm start on a trainer; afterwards ``warm_start_losses`` (per step),
+    ``warm_start_s`` and ``warm_start_cached`` (the cache entry or weights file it was
+    loaded from, else "") describe it for the summary."""
+
+    def __init__(self, sessions: SessionFactory) -> None:
+        self.cfg, self.model_dir = sessions.cfg, sessions.model_dir
+        self.tokenizer, self.harness, self.hints = (
+            sessions.tokenizer,
+            sessions.harness,
+            sessions.hints,
+        )
+        self.sink, self.clock = sessions.sink, sessions.clock
+        self.warm_start_s = 0.0
+        self.warm_start_losses: list[float] = []
+        self.warm_start_cached = ""  # the cache entry the warm start was loaded from
+        # The mean loss of its last 20 steps when the supervised part ran to its cap above
+        # ``train.warm_start_until_loss`` (None: it reached the target, or has none).
+        self.missed_target: float | None = None
+
+    async def run(
+        self, trainer: Trainer, first_step: int = 0, *, anneal: bool = True, stop: int = 0
+    ) -> list[float]:
+        """Supervised steps on scripted demonstrations of training tasks: each step trains
+        on ``train.warm_start_demos`` fresh ones (tasks 10_000 + ..., apart from the RL
+        tasks) at ``train.warm_start_lr`` (ending early at ``train.warm_start_until_loss``),
+        played by a demonstrator that skips a share ``train.warm_start_skip_check`` of its
+        checks; then ``train.warm_start_anneal_steps`` more at ``train.warm_start_anneal_lr``
+        (see :meth:`anneal`; ``anneal=False`` leaves them out). With
+        ``train.warm_start_cache`` an identical earlier warm start is loaded instead
+        (runtime/warm_cache.py; the summary then names it in ``warm_start_cached``).
+        ``first_step`` continues an earlier warm start of that many steps (the
+        demonstrations go on where it stopped); ``stop`` (0: ``train.warm_start_steps``)
+        is the step the supervised part ends before. Returns the per-step losses."""
+        t = self.cfg.train
+        if t.warm_start_from:
+            return self.load(trainer, Path(t.warm_start_from))
+        folder = None
+        if t.warm_start_cache and not first_step and anneal:  # whole warm starts only
+            folder = Path(t.warm_start_cache) / warm_cache.cache_key(self.cfg, self.model_dir)
+            meta = warm_cache.load(folder, trainer)
+            if meta is not None:
+                self.warm_start_s, self.warm_start_losses = meta["seconds"], meta["losses"]
+                self.missed_target = meta.get("missed_target")
+                self.warm_start_cached = str(folder)
+                return list(meta["losses"])
+        t0 = self.clock()
+        losses = await self._supervised(trainer, first_step, stop or t.warm_start_steps,
+                                        t.warm_start_lr or t.lr, t.warm_start_until_loss)  # fmt: skip
+        if anneal:
+            losses += await self.anneal(trainer, first_step + len(losses))
+        self.warm_start_s = round(self.clock() - t0, 2)
+        self.warm_start_losses = losses
+        if folder is not None:
+            meta = {"seconds": self.warm_start_s, "losses": losses}
+            warm_cache.store(folder, trainer, {**meta, "missed_target": self.missed_target})
+        return losses
+
+    async def anneal(self, trainer: Trainer, first_step: int) -> list[float]:
+        """The warm start's last ``train.warm_start_anneal_steps`` steps, at the lower
+        ``train.warm_start_anneal_lr``, on the demonstrations after step ``first_step``.
+        The high rate that finds the copying keeps it noisy (a loss that plateaus near
+        0.1); a lower one settles it (docs/learning.md)."""
+        t = self.cfg.train
+        if not t.warm_start_anneal_steps:
+            return []
+        return await self._supervised(
+            trainer,
+            first_step,
+            first_step + t.warm_start_anneal_steps,
+            t.warm_start_anneal_lr or t.lr,
+            0.0,
+            phase=ANNEAL_PHASE,
+        )
+
+    async def _supervised(
+        self,
+        trainer: Trainer,
+        start: int,
+        stop: int,
+        lr: float,
+        until_loss: float,
+        phase: str = PHASE,
+    ) -> list[float]:
+        """Warm-start steps ``start`` .. ``stop - 1`` at ``lr`` (RL's rate restored after,
+        the version reset to 0), ending early once the mean loss of the last 20 steps is
+        at or under ``until_loss`` (0: never). ``phase_progress`` events count the steps
+        (of ``stop`` for the warm start, of its own steps for the annealing tail)."""
+        t = self.cfg.train
+        n = t.warm_start_demos or self.cfg.rollout.tasks_per_step
+        rl_lr = [g["lr"] for g in trainer.optimizer.param_groups]
+        for g in trainer.optimizer.param_groups:
+            g["lr"] = lr
+        losses: list[float] = []
+        if phase == PHASE:
+            self.missed_target = None
+        base = start if phase == ANNEAL_PHASE else 0
+        every = max(1, min(REPORT_EVERY, (stop - base) // 10))
+        self._report(phase, start - base, stop - base, losses, until_loss)
+        for step in range(start, stop):
+            demos = []
+            for k in range(step * n, (step + 1) * n):
+                env = make_env(self.cfg.rollout.suite, "train",
+                               task_index(self.cfg, 10_000 + k), k, suite_seed=self.cfg.seed,
+                               hints=self.hints)  # fmt: skip
+                try:
+                    demos.append(await run_session(
+                        env, ScriptedAgent(env, self.tokenizer, seed=k,
+                                           skip_check=t.warm_start_skip_check),
+                        self.tokenizer, self.harness, rollout_id=f"demo{k}",
+                    ))  # fmt: skip
+                finally:
+                    env.close()
+            losses.append(trainer.sft_step(trainer.prepare(demos, trainer.version))["sft_loss"])
+            recent = losses[-20:]
+            if until_loss and len(recent) == 20 and sum(recent) / 20 <= until_loss:
+                self._report(
+                    phase, step + 1 - base, stop - base, losses, until_loss, "target reached"
+                )
+                break
+            missed = bool(until_loss) and step + 1 == stop >= t.warm_start_steps  # at its cap
+            if missed:
+                self.missed_target = round(sum(recent) / len(recent), 4)
+            if (step + 1 - base) % every == 0 or step + 1 == stop:
+                note = "target NOT reached: raise train.warm_start_steps" if missed else ""
+                self._report(phase, step + 1 - base, stop - base, losses, until_loss, note)
+        for g, old in zip(trainer.optimizer.param_groups, rl_lr, strict=True):
+            g["lr"] = old
+        trainer.version = 0  # the warm-started weights are the RL run's version 0
+        return losses
+
+    def _report(
+        self, phase: str, done: int, total: int, losses: list[float], target: float, note: str = ""
+    ) -> None:
+        """A ``phase_progress`` event: step ``done`` of ``total``, the mean loss of the
+        last 20 steps and the target loss (when there is one)."""
+        recent = losses[-20:]
+        parts = [f"loss {sum(recent) / len(recent):.3f}"] if recent else []
+        if target:
+            parts.append(f"(target {target:g})" if recent else f"target {target:g}")
+        if note:
+            parts.append(note)
+        self.sink.emit(
+            ev.PhaseProgress(
+                t=self.clock(), phase=phase, done=done, total=total, message=" ".join(parts)
+            )
+        )
+
+    def load(self, trainer: Trainer, path: Path) -> list[float]:
+        """Begin from the weights an earlier warm start wrote (``train.warm_start_from``,
+        written by ``gyre warm-start``: runtime/warm_file.py); its ``<stem>.json`` beside
+        them, when present, gives the steps' losses and seconds for the summary. A file
+        that does not fit this run's model is refused by name."""
+        if not path.is_file():
+            raise ValueError(f"train.warm_start_from: no such file {path}")
+        state = load_file(str(path))
+        try:
+            trainer.model.load_state_dict(state, strict=True)
+        except RuntimeError as e:
+            raise ValueError(f"train.warm_start_from: {path} does not fit this run's model "
+                             f"(model.* settings): {str(e).splitlines()[0]}") from None  # fmt: skip
+        meta_path = path.with_suffix(".json")
+        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+        want = meta.get("tokenizer_sha256")
+        if want and want != tokenizer_hash(self.model_dir):  # same shapes, other token ids
+            raise ValueError(f"train.warm_start_from: {path} was trained with another tokenizer "
+                             f"than this run's (model.tokenizer, model.* settings)")  # fmt: skip
+        self.missed_target = meta.get("missed_target")
+        self.warm_start_s = float(meta.get("seconds", 0.0))
+        self.warm_start_losses = [float(x) for x in meta.get("losses", [])]
+        self.warm_start_cached = str(path)
+        trainer.version = 0
+        return list(self.warm_start_losses)
+
+
+def tokenizer_hash(model_dir: Path) -> str:
+    """The sha256 of a model folder's ``tokenizer.json``: a warm-start file records the
+    tokenizer its token ids mean, and a run with another one refuses the file."""
+    return hashlib.sha256((Path(model_dir) / "tokenizer.json").read_bytes()).hexdigest()
