@@ -13,6 +13,7 @@ import time
 
 import torch
 
+from gyre_core.models.shape import ModelShape
 from gyre_core.rollout.engine import SamplingParams
 from gyre_core.rollout.torch_engine import TorchEngine
 from gyre_core.train.model import build_model, tiny_qwen3_config
@@ -83,7 +84,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.batch, args.new_tokens = 4, 16
-    model = build_model(tiny_qwen3_config(VOCAB)).eval()
+    model = build_model(tiny_qwen3_config(ModelShape(VOCAB, max_positions=4096))).eval()
     prompts = _prompts(args.batch)
     new = args.new_tokens
     with torch.inference_mode():

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gyre_core.models.shape import ModelShape
 from gyre_core.train.model import build_model, tiny_qwen3_config
 from gyre_core.train.tree_attention import tree_pg_loss
 from gyre_core.trajectory.pack import pack_trees
@@ -158,7 +159,7 @@ def throughput(
         n += len(calls[i][0])
     call_tokens = sum(len(c[0]) for c in calls)
 
-    conf = tiny_qwen3_config(vocab, layers=4, hidden=256, max_positions=max(8192, max_tokens))
+    conf = tiny_qwen3_config(ModelShape(vocab, max_positions=max(8192, max_tokens)))
     tree_model = build_model(conf, attn_implementation="gyre_tree")
     lin_model = build_model(conf, attn_implementation="sdpa")
     gen = stats["trainable_tokens_unique"]

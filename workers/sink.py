@@ -20,9 +20,10 @@ from gyre_core.events import Event, RunStatus
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 PAYLOAD_EVENTS = 500  # a wake-up carries its batch up to this many events (consumers.BATCH)
 
-# rollouts_written: the step's payload file, imported into rollouts, trees and nodes
+# rollouts_written: the step's payload file, imported into rollouts, a tree per group of
+# the step (the trees the trainer weighed) and their nodes
 ROLLOUT_KINDS = frozenset(
-    {"rollout_started", "rollout_progress", "rollout_finished", "tree_ready", "rollouts_written"}
+    {"rollout_started", "rollout_progress", "rollout_finished", "rollouts_written"}
 )
 
 

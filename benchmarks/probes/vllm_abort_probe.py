@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from gyre_core.models.init import init_checkpoint
+from gyre_core.models.shape import ModelShape
 from gyre_core.rollout.engine import SamplingParams
 from gyre_core.rollout.vllm_engine import VLLMEngine
 from gyre_core.rollout.vllm_env import REPO_ROOT
@@ -72,8 +73,9 @@ def main() -> int:
     args = ap.parse_args()
     ckpt = REPO_ROOT / ".data" / "vllm" / "abort-probe"
     if not (ckpt / "config.json").exists():
-        init_checkpoint(ckpt, vocab_size=512, layers=2, hidden=64, heads=2, kv_heads=1,
-                        head_dim=32, intermediate=128, max_positions=4096, seed=0)  # fmt: skip
+        shape = ModelShape(512, layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32,
+                           intermediate=128, max_positions=4096)  # fmt: skip
+        init_checkpoint(ckpt, shape, seed=0)
     print(f"loadavg at start: {Path('/proc/loadavg').read_text().strip()}", flush=True)
     for bind in args.bind.split(","):
         asyncio.run(run_bind(bind, ckpt, args.tries))

@@ -6,10 +6,12 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from gyre_core.cli.common import positive_int
+from gyre_core.models.shape import ModelShape
 
 Sub = Any  # argparse's private _SubParsersAction
 
@@ -20,14 +22,12 @@ def register(groups: Sub) -> None:
 
     i = cmds.add_parser("init", help="train a byte-level BPE and write a random Qwen3")
     i.add_argument("--out", required=True, help="checkpoint directory (must be empty or absent)")
-    i.add_argument("--vocab-size", type=positive_int, default=4096)
-    i.add_argument("--layers", type=positive_int, default=4)
-    i.add_argument("--hidden", type=positive_int, default=256)
-    i.add_argument("--heads", type=positive_int, default=4)
-    i.add_argument("--kv-heads", type=positive_int, default=2)
-    i.add_argument("--head-dim", type=positive_int, default=64)
-    i.add_argument("--intermediate", type=positive_int, default=768)
-    i.add_argument("--max-positions", type=positive_int, default=32768)
+    for f in fields(ModelShape):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in (bool, "bool"):
+            i.add_argument(flag, action="store_true", help=f.metadata["help"])
+        else:
+            i.add_argument(flag, type=positive_int, default=f.default, help=f.metadata["help"])
     i.add_argument("--seed", type=int, default=0)
     i.add_argument("--corpus", help="UTF-8 text file to train the tokenizer on (one document)")
     i.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
@@ -51,20 +51,8 @@ def cmd_init(args: argparse.Namespace) -> int:
 
     corpus = None if args.corpus is None else [Path(args.corpus).read_text(encoding="utf-8")]
     t0 = time.perf_counter()
-    out = init_checkpoint(
-        args.out,
-        vocab_size=args.vocab_size,
-        layers=args.layers,
-        hidden=args.hidden,
-        heads=args.heads,
-        kv_heads=args.kv_heads,
-        head_dim=args.head_dim,
-        intermediate=args.intermediate,
-        max_positions=args.max_positions,
-        seed=args.seed,
-        corpus=corpus,
-        overwrite=args.overwrite,
-    )
+    shape = ModelShape(**{f.name: getattr(args, f.name) for f in fields(ModelShape)})
+    out = init_checkpoint(args.out, shape, seed=args.seed, corpus=corpus, overwrite=args.overwrite)
     manifest = json.loads((out / MANIFEST).read_text())
     weight_bytes = sum(f.stat().st_size for f in out.glob("*.safetensors"))
     summary = {

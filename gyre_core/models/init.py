@@ -11,6 +11,7 @@ import hashlib
 import json
 import shutil
 from collections.abc import Sequence
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import torch
 import transformers
 
 from gyre_core import __version__
+from gyre_core.models.shape import ModelShape
 from gyre_core.models.tokenizer import as_hf_tokenizer, default_corpus, train_tokenizer
 from gyre_core.train.model import build_model, tiny_qwen3_config
 
@@ -28,54 +30,30 @@ NOT_EMPTY = "directory is not empty (pass overwrite=True or --overwrite)"
 
 def init_checkpoint(
     out_dir: str | Path,
+    shape: ModelShape | None = None,
     *,
-    vocab_size: int = 4096,
-    layers: int = 4,
-    hidden: int = 256,
-    heads: int = 4,
-    kv_heads: int = 2,
-    head_dim: int = 64,
-    intermediate: int = 768,
-    max_positions: int = 32768,
     seed: int = 0,
     corpus: Sequence[str] | None = None,
-    tie_embeddings: bool = False,
     overwrite: bool = False,
 ) -> Path:
-    """Write a fresh checkpoint to ``out_dir`` and return its path.
+    """Write a fresh checkpoint of ``shape`` (default: ``ModelShape()``) to ``out_dir`` and
+    return its path.
 
-    The tokenizer is trained on ``corpus`` (default: :func:`default_corpus`); its vocab may
-    come out smaller than ``vocab_size`` when the corpus is too small to fill it, and the
-    model's vocab is the tokenizer's. ``tie_embeddings`` shares the input embedding with the
-    output head (a copy of a context token is then one circuit for every token, which a tiny
-    model learns far sooner). The same arguments give byte-identical files.
+    The tokenizer is trained on ``corpus`` (default: :func:`default_corpus`) to
+    ``shape.vocab_size``; its vocab may come out smaller when the corpus is too small to
+    fill it, and the model's vocab is the tokenizer's. ``shape.tie_embeddings`` shares the
+    input embedding with the output head (a copy of a context token is then one circuit for
+    every token, which a tiny model learns far sooner). The same arguments give
+    byte-identical files.
     """
+    shape = shape or ModelShape()
     out = Path(out_dir)
     _check_dir(out, overwrite)  # before any work; nothing is touched until the model exists
     texts = list(default_corpus() if corpus is None else corpus)
-    hf_tok = as_hf_tokenizer(train_tokenizer(texts, vocab_size))
-    hf_tok.model_max_length = max_positions
-    arch = {
-        "layers": layers,
-        "hidden": hidden,
-        "heads": heads,
-        "kv_heads": kv_heads,
-        "head_dim": head_dim,
-        "intermediate": intermediate,
-        "max_positions": max_positions,
-        "tie_embeddings": int(tie_embeddings),
-    }
-    config = tiny_qwen3_config(
-        len(hf_tok),
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
-        intermediate=intermediate,
-        max_positions=max_positions,
-        tie_embeddings=tie_embeddings,
-    )
+    hf_tok = as_hf_tokenizer(train_tokenizer(texts, shape.vocab_size))
+    hf_tok.model_max_length = shape.max_positions
+    arch = {f.name: int(getattr(shape, f.name)) for f in fields(shape) if f.name != "vocab_size"}
+    config = tiny_qwen3_config(replace(shape, vocab_size=len(hf_tok)))
     config.bos_token_id = hf_tok.bos_token_id
     config.eos_token_id = hf_tok.eos_token_id
     config.pad_token_id = hf_tok.pad_token_id
@@ -86,7 +64,7 @@ def init_checkpoint(
     _prepare_dir(out, overwrite)
     model.save_pretrained(out, safe_serialization=True)
     hf_tok.save_pretrained(out)
-    manifest = _manifest(texts, corpus is None, vocab_size, len(hf_tok), seed, arch)
+    manifest = _manifest(texts, corpus is None, shape.vocab_size, len(hf_tok), seed, arch)
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return out
 

@@ -322,27 +322,27 @@ def make_env(
 
     ``seed`` seeds the episode (tool latencies); ``suite_seed`` picks the repo suite's task
     list (as :func:`~gyre_core.envs.repo_suite.load_suite`); ``hints`` turns on the repo
-    suite's status line. The coding suite has one pool of tasks for every split; ``index``
-    may also be a coding task's name."""
+    suite's status line. Every integer ``index >= 0`` is a task of every suite: the repo
+    suite makes one per index (its sizes cycling with the index), and the coding suite's one
+    pool of tasks (the same for every split) wraps around. ``index`` may also be a coding
+    task's name."""
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; expected one of {', '.join(SUITES)}")
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
-    if suite == "repo":
-        if isinstance(index, str) or index < 0:
-            raise ValueError(f"repo suite index must be an integer >= 0, got {index!r}")
-        sizes = repo_suite.SIZES
-        size = sizes[index % len(sizes)]
-        spec = repo_suite.make_task(split, size, suite_seed * 1_000_003 + index)
-        return RepoTaskEnv(spec, seed=seed, hints=hints)
     names = sorted(coding.TASKS)
-    if isinstance(index, str):
+    if suite == "coding" and isinstance(index, str):
         if index not in coding.TASKS:
             raise ValueError(f"unknown coding task {index!r}; known: {names}")
         return CodingTaskEnv(index)
-    if not 0 <= index < len(names):
-        raise ValueError(f"coding suite index must be in [0, {len(names)}), got {index}")
-    return CodingTaskEnv(names[index])
+    if isinstance(index, str) or index < 0:
+        raise ValueError(f"{suite} suite index must be an integer >= 0, got {index!r}")
+    if suite == "coding":
+        return CodingTaskEnv(names[index % len(names)])
+    sizes = repo_suite.SIZES
+    size = sizes[index % len(sizes)]
+    spec = repo_suite.make_task(split, size, suite_seed * 1_000_003 + index)
+    return RepoTaskEnv(spec, seed=seed, hints=hints)
 
 
 __all__ = [

@@ -16,8 +16,8 @@ for ``GET /health``; a server that exits or does not become healthy in time rais
 :class:`VLLMServerError` carrying the tail of that log. ``stop`` signals the whole process
 group (SIGTERM, then SIGKILL after a grace period).
 
-vLLM's CPU attention needs ``head_dim >= 32``; ``init_checkpoint`` defaults to 64 and
-``tiny_qwen3_config`` refuses less than 32, so every Gyre checkpoint qualifies.
+vLLM's CPU attention needs ``head_dim >= 32``; ``ModelShape`` defaults to 64 and
+refuses less than 32, so every Gyre checkpoint qualifies.
 """
 
 from __future__ import annotations

@@ -44,18 +44,18 @@ def make_model_dir(
     out = workdir / "model"
     if not (out / "config.json").exists():
         from gyre_core.models.init import init_checkpoint
+        from gyre_core.models.shape import ModelShape
 
         say = sink or ev.NullSink()
         what = f"tokenizer ({cfg.model.tokenizer}) and {cfg.model.layers}-layer weights"
         say.emit(ev.PhaseProgress(t=clock(), phase=MODEL_BUILD, done=0, total=1, message=what))
 
         h = cfg.model.hidden_size  # kv_heads divides the heads: RunConfig.from_dict checks
-        init_checkpoint(out, vocab_size=1024, layers=cfg.model.layers, hidden=h,
-                        heads=max(1, h // 32), kv_heads=cfg.model.kv_heads, head_dim=32,
-                        intermediate=2 * h,
-                        max_positions=4096, seed=cfg.seed, overwrite=True,
-                        corpus=tokenizer_corpus(cfg),
-                        tie_embeddings=cfg.model.tie_embeddings)  # fmt: skip
+        shape = ModelShape(vocab_size=1024, layers=cfg.model.layers, hidden=h,
+                           heads=max(1, h // 32), kv_heads=cfg.model.kv_heads, head_dim=32,
+                           intermediate=2 * h, max_positions=4096,
+                           tie_embeddings=cfg.model.tie_embeddings)  # fmt: skip
+        init_checkpoint(out, shape, seed=cfg.seed, overwrite=True, corpus=tokenizer_corpus(cfg))
         say.emit(ev.PhaseProgress(t=clock(), phase=MODEL_BUILD, done=1, total=1, message=what))
     return out
 
@@ -76,7 +76,8 @@ def tokenizer_corpus(cfg: RunConfig) -> list[str] | None:
 
 
 def task_index(cfg: RunConfig, k: int) -> int:
-    """The ``k``-th task of the configured size (make_env cycles sizes by index)."""
+    """The ``k``-th task of the configured size (make_env cycles the repo suite's sizes by
+    index; any index >= 0 is a task of every suite, the coding suite's pool wrapping)."""
     return k * len(repo_suite.SIZES) + repo_suite.SIZES.index(cfg.rollout.size)
 
 

@@ -7,38 +7,24 @@ import copy
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from gyre_core.models.shape import ModelShape
 
-def tiny_qwen3_config(
-    vocab_size: int,
-    *,
-    layers: int = 4,
-    hidden: int = 256,
-    heads: int = 4,
-    kv_heads: int = 2,
-    head_dim: int = 64,
-    intermediate: int = 768,
-    max_positions: int = 4096,
-    rope_theta: float = 10_000.0,
-    tie_embeddings: bool = False,
-) -> Qwen3Config:
-    """A small Qwen3 config: full attention on every layer, no dropout, no sliding window."""
-    if head_dim < 32:
-        # A floor kept on purpose: tinier heads would run attention kernels (flex, sdpa's
-        # fused paths) in shapes no real model uses, so tests on them would prove less.
-        raise ValueError(f"head_dim must be >= 32, got {head_dim}")
-    if heads % kv_heads != 0:
-        raise ValueError(f"heads ({heads}) must be a multiple of kv_heads ({kv_heads})")
+ROPE_THETA = 10_000.0
+
+
+def tiny_qwen3_config(shape: ModelShape) -> Qwen3Config:
+    """The transformers config of ``shape``."""
     return Qwen3Config(
-        vocab_size=vocab_size,
-        hidden_size=hidden,
-        intermediate_size=intermediate,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        head_dim=head_dim,
-        max_position_embeddings=max_positions,
-        rope_parameters={"rope_type": "default", "rope_theta": rope_theta},
-        tie_word_embeddings=tie_embeddings,
+        vocab_size=shape.vocab_size,
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        head_dim=shape.head_dim,
+        max_position_embeddings=shape.max_positions,
+        rope_parameters={"rope_type": "default", "rope_theta": ROPE_THETA},
+        tie_word_embeddings=shape.tie_embeddings,
         attention_dropout=0.0,
         use_sliding_window=False,
         use_cache=False,

@@ -3,7 +3,9 @@
 A run's tree is weighed as its trainer weighs it (``run_weighting`` reads the run's
 ``train.advantage_mode`` and ``train.normalise_std``; ``Weighting`` is what the trainer's
 config hands its ``weigh``). ``export_group`` builds a group's tree once and turns it into
-node specs; ``node_tokens`` finds a node of that same tree by its path key and lists its
+node specs; given one training step's batch, it is the tree that step's trainer weighed
+(the trainer weighs each step's batch on its own, so a group split across two steps has a
+tree per part); ``node_tokens`` finds a node of that same tree by its path key and lists its
 tokens. The platform stores the specs and serves the tokens; it does not walk trees.
 
 A path key is the node's child ordinals from the root, each as ``KEY_WIDTH`` base-36

@@ -7,7 +7,7 @@ from gyre_web import ops, spa
 from gyre_web.cluster.views import GpuViewSet
 from gyre_web.runs import config_views
 from gyre_web.runs.views import ExperimentViewSet, RunViewSet
-from gyre_web.teams.views import ApiTokenViewSet, ShareLinkViewSet, TeamViewSet
+from gyre_web.teams.views import ApiTokenViewSet, ShareLinkViewSet, TeamViewSet, session
 from gyre_web.trajectories.views import RolloutViewSet, TreeViewSet
 
 router = DefaultRouter()
@@ -27,6 +27,7 @@ urlpatterns = [
     path("metrics", ops.metrics, name="metrics"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("api/auth/session/", session, name="session"),
     path("api/auth/", include("rest_framework.urls")),
     path("api/config/schema/", config_views.schema, name="config-schema"),
     path("api/config/presets/", config_views.presets, name="config-presets"),

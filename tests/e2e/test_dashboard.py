@@ -66,7 +66,7 @@ def test_sign_in_refuses_a_wrong_password_then_shows_the_runs(page, server):
 def test_launch_form_shows_errors_then_a_sim_run_fills_the_live_views(page, server):
     login(page, server, "demo", "demo-pass")
     page.goto(server.url + "/#/launch")
-    page.select_option("select[aria-label=preset]", label="sim · elastic (demo)")
+    page.select_option("select[aria-label=preset]", label="sim-elastic")  # configs/sim-elastic.yaml
     # Checked in the browser: a bound from the schema.
     page.fill("input[name=steps]", "0")
     page.click("[data-testid=launch]")

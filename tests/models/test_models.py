@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -16,6 +16,7 @@ from tokenizers import Tokenizer
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from gyre_core.models.init import MANIFEST, init_checkpoint
+from gyre_core.models.shape import ModelShape
 from gyre_core.models.tokenizer import (
     MIN_VOCAB,
     SPECIAL_TOKENS,
@@ -27,7 +28,7 @@ from tests.gyre_cli import gyre
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing below may reach a hub
 
-TINY: dict[str, Any] = dict(
+TINY = ModelShape(
     vocab_size=512, layers=1, hidden=64, heads=2, kv_heads=1, head_dim=32, intermediate=128
 )
 TINY_CLI = ("--vocab-size", "512", "--layers", "1", "--hidden", "64", "--heads", "2",
@@ -54,7 +55,7 @@ def tok() -> Tokenizer:
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return init_checkpoint(tmp_path_factory.mktemp("ckpt") / "model", **TINY)
+    return init_checkpoint(tmp_path_factory.mktemp("ckpt") / "model", TINY)
 
 
 @pytest.fixture(scope="module")
@@ -159,19 +160,19 @@ def _digests(path: Path) -> dict[str, str]:
 
 
 def test_same_seed_same_files_other_seed_other_weights(ckpt: Path, tmp_path: Path) -> None:
-    again = init_checkpoint(tmp_path / "again", **TINY)
+    again = init_checkpoint(tmp_path / "again", TINY)
     assert _digests(again) == _digests(ckpt)
-    other = _digests(init_checkpoint(tmp_path / "other", seed=1, **TINY))
+    other = _digests(init_checkpoint(tmp_path / "other", TINY, seed=1))
     assert other["model.safetensors"] != _digests(ckpt)["model.safetensors"]
     assert other["tokenizer.json"] == _digests(ckpt)["tokenizer.json"]
 
 
 def test_custom_corpus_and_overwrite(tmp_path: Path) -> None:
     out = tmp_path / "c"
-    init_checkpoint(out, corpus=["tiny corpus"] * 3, **TINY)
+    init_checkpoint(out, TINY, corpus=["tiny corpus"] * 3)
     with pytest.raises(ValueError, match="not empty"):
-        init_checkpoint(out, **TINY)
-    init_checkpoint(out, overwrite=True, **TINY)
+        init_checkpoint(out, TINY)
+    init_checkpoint(out, TINY, overwrite=True)
     assert json.loads((out / MANIFEST).read_text())["corpus"]["source"] == "default_corpus()"
 
 
@@ -194,3 +195,24 @@ def test_cli_init_then_refuses_non_empty_dir(tmp_path: Path) -> None:
     assert again.stdout == ""
     assert again.stderr.startswith("gyre: ") and again.stderr.count("\n") == 1
     assert "not empty" in again.stderr
+
+
+def test_the_cli_flags_are_the_model_shape_with_its_defaults(tmp_path):
+    from dataclasses import asdict, fields
+
+    from gyre_core.cli.main import build_parser
+
+    args = build_parser().parse_args(["model", "init", "--out", str(tmp_path)])
+    assert {f.name: getattr(args, f.name) for f in fields(ModelShape)} == asdict(ModelShape())
+    args = build_parser().parse_args(["model", "init", "--out", "x", "--tie-embeddings", *TINY_CLI])
+    shape = ModelShape(**{f.name: getattr(args, f.name) for f in fields(ModelShape)})
+    assert shape == replace(TINY, tie_embeddings=True)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"head_dim": 16}, "head_dim must be >= 32"), ({"kv_heads": 3}, "multiple of kv_heads")],
+)
+def test_a_shape_the_models_cannot_take_is_refused(change, message):
+    with pytest.raises(ValueError, match=message):
+        replace(TINY, **change)

@@ -114,7 +114,7 @@ def test_rollouts_written_imports_the_payload_once_and_serves_tokens(
     )
     assert sorted(TreeNode.objects.filter(tree=tree).values_list("pk", flat=True)) == before
     tree.refresh_from_db()
-    assert (tree.rollouts, tree.nodes) == (2, 3)  # tree_ready's counts do not overwrite
+    assert (tree.rollouts, tree.nodes) == (2, 3)  # the stored nodes' counts
 
     # The work folder goes away; the platform's copy still answers.
     step1.unlink()
@@ -140,29 +140,52 @@ def test_rollouts_written_imports_the_payload_once_and_serves_tokens(
         assert got["advantage"] == adv == node.advantage
 
 
-def test_a_group_spanning_two_steps_is_rebuilt_from_both_payloads(
+def test_a_group_spanning_two_steps_has_a_tree_per_step_part(
     run, people, client_for, tokenizer, tmp_path
 ):
     tok, _ = tokenizer
     prompt = _ids(tok, "run the tool: pytest -q\n")
     r0 = _rollout("r0", "g0", prompt, _ids(tok, "assert tests pass\n"), 0, 1.0)
     r1 = _rollout("r1", "g0", prompt, _ids(tok, "def main():\n"), 1, 0.0)
+    r2 = _rollout("r2", "g0", prompt, _ids(tok, "pytest -q\n"), 1, 0.5)
     one, two = tmp_path / "step-00001.jsonl", tmp_path / "step-00002.jsonl"
     write_rollouts(one, [r0])
-    write_rollouts(two, [r1])
+    write_rollouts(two, [r1, r2])
     _deliver(run.pk, _step_events([r0], 1, one))
-    tree = Tree.objects.get(run=run, group_id="g0")
-    assert (tree.rollouts, tree.nodes) == (1, 1)
-    _deliver(run.pk, _step_events([r1], 2, two))
-    _deliver(run.pk, _step_events([r1], 2, two))  # redelivered
-    tree.refresh_from_db()
-    assert (tree.rollouts, tree.nodes) == (2, 3) and "/trees/" in tree.payload_path
-    assert TreeNode.objects.filter(tree=tree).count() == 3
+    first = Tree.objects.get(run=run, group_id="g0", step=1)
+    assert (first.rollouts, first.nodes) == (1, 1)
+    _deliver(run.pk, _step_events([r1, r2], 2, two))
+    _deliver(run.pk, _step_events([r1, r2], 2, two))  # redelivered: nothing rebuilt
+    second = Tree.objects.get(run=run, group_id="g0", step=2)
+    assert Tree.objects.filter(run=run).count() == 2
+    assert (second.rollouts, second.nodes) == (2, 3)
+    first.refresh_from_db()
+    assert (first.rollouts, first.nodes) == (1, 1)  # the first part's tree stands
     paths = dict(Rollout.objects.filter(run=run).values_list("rollout_id", "payload_path"))
-    assert paths["r0"] != paths["r1"] and all(Path(p).is_file() for p in paths.values())
-    leaf = TreeNode.objects.get(tree=tree, depth=1, advantage__lt=0)
-    got = client_for(people["viewer"]).get(f"/api/trees/{tree.pk}/nodes/{leaf.pk}/tokens/").json()
+    assert paths["r0"] == first.payload_path and paths["r1"] == paths["r2"] == second.payload_path
+    assert all(Path(p).is_file() for p in paths.values())
+    viewer = client_for(people["viewer"])
+    listed = viewer.get(f"/api/trees/?run={run.pk}&step=2").json()["results"]
+    assert [(t["group_id"], t["step"]) for t in listed] == [("g0", 2)]
+    leaf = TreeNode.objects.get(tree=second, depth=1, advantage__lt=0)
+    got = viewer.get(f"/api/trees/{second.pk}/nodes/{leaf.pk}/tokens/").json()
     assert got["ids"] == r1.calls[0].completion_ids.tolist() and got["versions"][0] == 1
+    assert got["advantage"] == -0.25  # rewards 0 and 0.5 in its step (r0 is in another)
+
+
+def test_a_step_trained_again_after_a_resume_replaces_that_steps_trees(run, tokenizer, tmp_path):
+    tok, _ = tokenizer
+    prompt = _ids(tok, "run the tool: pytest -q\n")
+    r0 = _rollout("r0", "g0", prompt, _ids(tok, "assert tests pass\n"), 0, 1.0)
+    r1 = _rollout("r1", "g0", prompt, _ids(tok, "def main():\n"), 0, 0.0)
+    path = tmp_path / "step-00001.jsonl"
+    write_rollouts(path, [r0])
+    _deliver(run.pk, _step_events([r0], 1, path))
+    write_rollouts(path, [r0, r1])  # the same step, trained again on another batch
+    _deliver(run.pk, _step_events([r0, r1], 1, path))
+    tree = Tree.objects.get(run=run, group_id="g0", step=1)
+    assert (tree.rollouts, tree.nodes) == (2, 3)
+    assert TreeNode.objects.filter(tree=tree).count() == 3
 
 
 def test_tokens_endpoint_permissions_and_a_tree_without_payload(run, people, client_for):

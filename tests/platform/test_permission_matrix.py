@@ -45,6 +45,7 @@ CALLERS = ("anonymous", "outsider", "staff", *ROLES)
 PRINCIPALS = (*CALLERS, "revoked_token", "share", "revoked_share")
 SIGNED_IN = frozenset({"outsider", "staff", *ROLES})
 ALLOWED = {  # policy kind -> who may
+    "anyone": frozenset({"anonymous", "share", *SIGNED_IN}),  # refused credentials: 401
     "signed_in": SIGNED_IN,  # any signed-in user (lists filter to what they may see)
     "read": frozenset(ROLES),  # an object of the team: every role reads
     "write": frozenset({"owner", "admin", "member"}),
@@ -159,6 +160,7 @@ def _fork(w: dict[str, Any], who: str) -> dict[str, Any]:
 
 
 OPS: dict[tuple[str, str], Op] = {
+    ("GET", "/api/auth/session/"): Op("anyone"),
     ("GET", "/api/config/presets/"): Op("signed_in"),
     ("GET", "/api/config/schema/"): Op("signed_in"),
     ("GET", "/api/experiments/"): Op("signed_in", shared=True),

@@ -112,6 +112,13 @@ def _strategy(op: Any, seeded: dict[str, Any], valid: dict[str, Any]) -> st.Sear
     return st.one_of(parts)
 
 
+def _invariant(op: Any) -> bool:
+    """An operation with nothing to vary: no parameters, no body, and open to anyone (its
+    security admits no credentials), so every generated case is the same request."""
+    anyone = {} in op.definition.raw.get("security", [])
+    return anyone and not op.body and not list(op.iter_parameters())
+
+
 def _failure(case: Any, err: BaseException) -> str:
     body = repr(case.body)[:200] if case.body is not None else ""
     return f"{case.method} {case.formatted_path} {case.query or ''} {body}: {err!s:.600}"
@@ -180,6 +187,6 @@ def test_every_operation_answers_as_documented(world, people, app, sim_config): 
         for op, seen in run.statuses.items()
         if min(seen) >= 300
     ]
-    few = {op.label: run.cases.get(op.label, 0) for op in ops}
+    few = {op.label: run.cases.get(op.label, 0) for op in ops if not _invariant(op)}
     problems += [f"{op}: only {n} cases" for op, n in few.items() if n < EXAMPLES // 2]
     assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems)

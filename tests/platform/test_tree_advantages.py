@@ -19,6 +19,7 @@ from gyre_web.trajectories.models import Tree, TreeNode
 
 from gyre_core import events as ev
 from gyre_core.config import RunConfig
+from gyre_core.models.shape import ModelShape
 from gyre_core.train.model import build_model, tiny_qwen3_config
 from gyre_core.train.trainer import Trainer
 from gyre_core.trajectory.format import Call
@@ -62,18 +63,20 @@ def _run(people, train: dict[str, object]):
     return services.create_run(experiment=exp, config=config, launch=False)
 
 
-def _trainers_tree(run) -> PrefixTree:
-    """What the run's own trainer trains on: its config -> Trainer.for_run -> Trainer.weigh."""
-    shape = {"layers": 1, "hidden": 32, "heads": 1, "kv_heads": 1, "head_dim": 32}
-    model = build_model(tiny_qwen3_config(32, intermediate=32, max_positions=64, **shape))
+def _trainers_tree(run, batch: list[CoreRollout] = ROLLOUTS) -> PrefixTree:
+    """What the run's own trainer trains on when ``batch`` is a step's batch: its config ->
+    Trainer.for_run -> Trainer.weigh."""
+    shape = ModelShape(32, layers=1, hidden=32, heads=1, kv_heads=1, head_dim=32,
+                       intermediate=32, max_positions=64)  # fmt: skip
+    model = build_model(tiny_qwen3_config(shape))
     trainer = Trainer.for_run(model, RunConfig.from_dict(run.config))
-    return trainer.weigh(ROLLOUTS, current_version=0)["g0"]
+    return trainer.weigh(batch, current_version=0)["g0"]
 
 
-def _shown(run, client) -> dict[tuple[int, tuple[int, ...]], dict]:
-    """Per node of the run's stored tree, by (start, tokens): the node row's advantage and
-    what the tokens endpoint serves."""
-    tree = Tree.objects.get(run=run, group_id="g0")
+def _shown(run, client, step: int) -> dict[tuple[int, tuple[int, ...]], dict]:
+    """Per node of the run's stored tree of group g0 at ``step``, by (start, tokens): the
+    node row's advantage and what the tokens endpoint serves."""
+    tree = Tree.objects.get(run=run, group_id="g0", step=step)
     out = {}
     for node in TreeNode.objects.filter(tree=tree):
         got = client.get(f"/api/trees/{tree.pk}/nodes/{node.pk}/tokens/").json()
@@ -92,8 +95,10 @@ def _expected(tree: PrefixTree) -> dict[tuple[int, tuple[int, ...]], dict]:
     return out
 
 
-def _assert_shows_trainers_weights(run, client) -> dict[tuple[int, tuple[int, ...]], dict]:
-    shown, expected = _shown(run, client), _expected(_trainers_tree(run))
+def _assert_shows_trainers_weights(
+    run, client, step: int, batch: list[CoreRollout] = ROLLOUTS
+) -> dict[tuple[int, tuple[int, ...]], dict]:
+    shown, expected = _shown(run, client, step), _expected(_trainers_tree(run, batch))
     assert shown.keys() == expected.keys()
     for key, want in expected.items():
         got = shown[key]
@@ -113,7 +118,7 @@ def test_each_run_shows_the_advantages_its_trainer_used(people, client_for, tmp_
         sink = DbSink(run.pk)
         sink.emit(ev.RolloutsWritten(t=1.0, step=1, path=str(path), rollouts=3, groups=["g0"]))
         sink.flush()
-        shown = _assert_shows_trainers_weights(run, member)
+        shown = _assert_shows_trainers_weights(run, member, step=1)
         shared[name] = shown[(len(PROMPT), tuple(SHARED))]["row"]
     # advantages 0.5, 0, -0.5: the shared node is their mean (once) or their sum (per_path);
     # divided by the rewards' std (0.408) with normalise_std
@@ -131,8 +136,42 @@ def test_an_upload_shows_the_advantages_of_the_run_it_joins(people, client_for, 
     run = _run(people, TRAIN["per_path"])
     upload = SimpleUploadedFile("t.jsonl", Path(path).read_bytes())
     assert import_trajectories(run=run, upload=upload)["trees"] == 1
-    shown = _assert_shows_trainers_weights(run, client_for(people["member"]))
+    shown = _assert_shows_trainers_weights(run, client_for(people["member"]), step=0)
     assert shown[(len(PROMPT), tuple(SHARED))]["row"] == 0.5
+
+
+@pytest.mark.django_db
+def test_a_group_split_across_two_steps_shows_each_step_parts_advantages(
+    people, client_for, tmp_path
+):
+    """An elastic or async run trains part of a group in one step and the rest in the next;
+    the trainer weighs each step's part on its own, and the browser shows a tree per part
+    with exactly those advantages (not the group weighed whole)."""
+    parts = {1: ROLLOUTS[:1], 2: ROLLOUTS[1:]}  # r0 | r1, r2: SHARED is in both parts
+    member = client_for(people["member"])
+    for name, train in TRAIN.items():
+        run = _run(people, train)
+        sink = DbSink(run.pk)
+        for step, batch in parts.items():
+            path = tmp_path / f"{name}-step-{step:05d}.jsonl"
+            write_rollouts(path, batch)
+            sink.emit(ev.RolloutsWritten(t=float(step), step=step, path=str(path),
+                                         rollouts=len(batch), groups=["g0"]))  # fmt: skip
+        sink.flush()
+        assert sorted(Tree.objects.filter(run=run).values_list("group_id", "step")) == [
+            ("g0", 1),
+            ("g0", 2),
+        ]
+        shown = {step: _assert_shows_trainers_weights(run, member, step, batch)
+                 for step, batch in parts.items()}  # fmt: skip
+        # r0 alone in its step: one segment, advantage 0 (weighed whole, the group gave
+        # it 0.5)
+        assert [v["row"] for v in shown[1].values()] == [0.0]
+        # r1 and r2 (rewards 0.5, 0): -0.25 for r2, or -1 with the std divided out
+        # (weighed whole: -0.5, or -1.22)
+        r2 = (len(PROMPT), tuple(ROLLOUTS[2].calls[0].completion_ids.tolist()))
+        want = -1.0 if train.get("normalise_std") else -0.25
+        assert shown[2][r2]["row"] == pytest.approx(want, abs=1e-5), name
 
 
 def test_the_trajectories_modules_import_each_other_without_a_circle():

@@ -14,6 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from gyre_core.config import ConfigError, RunConfig
 from gyre_core.events import ListSink, RolloutFinished, RolloutProgress, RolloutStarted
 from gyre_core.models.init import init_checkpoint
+from gyre_core.models.shape import ModelShape
 from gyre_core.rollout.agents import Codec, ModelAgent, ScriptedAgent
 from gyre_core.rollout.harness import HarnessOptions, TaskRef, run_group, run_session
 from gyre_core.rollout.router import Router
@@ -23,14 +24,14 @@ from gyre_core.trajectory import build_trees, read_rollouts, tree_stats, write_r
 from gyre_core.trajectory.format import full_sequences
 from tests.rollout.budgets import session_config
 
-TINY: dict[str, Any] = dict(
+TINY = ModelShape(
     vocab_size=512, layers=1, hidden=64, heads=2, kv_heads=1, head_dim=32, intermediate=128
 )
 
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return init_checkpoint(tmp_path_factory.mktemp("harness") / "model", **TINY)
+    return init_checkpoint(tmp_path_factory.mktemp("harness") / "model", TINY)
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from transformers import AutoTokenizer
 
 from gyre_core.events import ListSink, RolloutFinished, RolloutProgress
 from gyre_core.models.init import init_checkpoint
+from gyre_core.models.shape import ModelShape
 from gyre_core.rollout.agents import Ask, Codec, Generated, ScriptedAgent
 from gyre_core.rollout.harness import HarnessOptions, run_session
 from gyre_core.rollout.task_env import CodingTaskEnv, RepoTaskEnv, TaskEnv, make_env
@@ -18,14 +19,14 @@ from gyre_core.trajectory import Rollout, build_trees, tree_stats
 from gyre_core.trajectory.format import full_sequences
 from tests.rollout.budgets import session_config
 
-TINY: dict[str, Any] = dict(
+TINY = ModelShape(
     vocab_size=512, layers=1, hidden=64, heads=2, kv_heads=1, head_dim=32, intermediate=128
 )
 
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    ckpt = init_checkpoint(tmp_path_factory.mktemp("branches") / "model", **TINY)
+    ckpt = init_checkpoint(tmp_path_factory.mktemp("branches") / "model", TINY)
     return AutoTokenizer.from_pretrained(ckpt, local_files_only=True)
 
 

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 import torch
 
+from gyre_core.models.shape import ModelShape
 from gyre_core.rollout.engine import Completion, EngineLoad, SamplingParams
 from gyre_core.rollout.router import NoEngineError, Router
 from gyre_core.rollout.torch_engine import TorchEngine
@@ -20,7 +21,7 @@ PROMPT = [(7 * i + 3) % VOCAB for i in range(11)]
 
 def _model(seed: int = 0) -> torch.nn.Module:
     cfg = tiny_qwen3_config(
-        VOCAB, layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32, intermediate=128
+        ModelShape(VOCAB, layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32, intermediate=128)
     )
     model: torch.nn.Module = build_model(cfg, seed=seed)
     model.eval()

@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from gyre_core.events import ListSink, RolloutFinished
 from gyre_core.models.init import init_checkpoint
+from gyre_core.models.shape import ModelShape
 from gyre_core.rollout.agents import ScriptedAgent
 from gyre_core.rollout.engine import Completion, EngineLoad, SamplingParams, ScoringEngine
 from gyre_core.rollout.harness import HarnessOptions, run_session
@@ -22,7 +23,7 @@ from gyre_core.rollout.torch_engine import TorchEngine
 from tests.rollout.budgets import session_config
 from tests.rollout.scoring_checks import check_scored_rollout, hf_logprobs
 
-TINY: dict[str, Any] = dict(
+TINY = ModelShape(
     vocab_size=512, layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32, intermediate=128
 )
 PROMPT = [(7 * i + 3) % 400 + 5 for i in range(9)]
@@ -31,7 +32,7 @@ FORCED = [(11 * i + 5) % 400 + 5 for i in range(13)]  # not what the model would
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return init_checkpoint(tmp_path_factory.mktemp("scoring") / "model", **TINY)
+    return init_checkpoint(tmp_path_factory.mktemp("scoring") / "model", TINY)
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from gyre_core.models.shape import ModelShape
 from gyre_core.rollout.engine import Completion, SamplingParams
 from gyre_core.rollout.torch_engine import TorchEngine, _inverse_cdf, position_uniform
 from gyre_core.train.model import build_model, tiny_qwen3_config
@@ -20,7 +21,7 @@ GREEDY = SamplingParams(max_tokens=12, temperature=0.0)
 
 def _model(seed: int = 0) -> torch.nn.Module:
     cfg = tiny_qwen3_config(
-        VOCAB, layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32, intermediate=128
+        ModelShape(VOCAB, layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32, intermediate=128)
     )
     return build_model(cfg, seed=seed).eval()
 

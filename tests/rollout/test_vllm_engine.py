@@ -10,7 +10,7 @@ import asyncio
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import httpx
 import pytest
@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
 from gyre_core.models.init import init_checkpoint
+from gyre_core.models.shape import ModelShape
 from gyre_core.rollout import vllm_env
 from gyre_core.rollout.engine import Completion, SamplingParams
 from gyre_core.rollout.router import Router
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
-TINY: dict[str, Any] = dict(
+TINY = ModelShape(
     vocab_size=512,
     layers=2,
     hidden=64,
@@ -71,7 +72,7 @@ def _checkpoint(path: Path, seed: int) -> Path:
     """A tiny checkpoint whose output head is scaled up: a freshly initialised model's next-
     token distribution is almost flat (logprobs ~ -ln(vocab)), so greedy choices would hinge
     on logit gaps near float32 noise; x30 makes the argmax robust across kernels."""
-    init_checkpoint(path, **TINY, seed=seed)
+    init_checkpoint(path, TINY, seed=seed)
     weights = path / "model.safetensors"
     state = load_file(weights)
     state["lm_head.weight"] = state["lm_head.weight"] * 30.0

@@ -5,14 +5,16 @@ import asyncio
 import torch
 
 from gyre_core.models.init import init_checkpoint
+from gyre_core.models.shape import ModelShape
 from gyre_core.runtime.midrun_bench import BenchmarkEvery
 
 
 def test_a_scoring_sees_its_versions_weights_while_training_moves_on(tmp_path):
     from transformers import AutoModelForCausalLM
 
-    init_checkpoint(tmp_path, vocab_size=300, layers=1, hidden=32, heads=1, kv_heads=1,
-                    head_dim=32, intermediate=64, max_positions=64, seed=0)  # fmt: skip
+    shape = ModelShape(300, layers=1, hidden=32, heads=1, kv_heads=1, head_dim=32,
+                       intermediate=64, max_positions=64)  # fmt: skip
+    init_checkpoint(tmp_path, shape, seed=0)
     model = AutoModelForCausalLM.from_pretrained(str(tmp_path))
     seen: dict[int, float] = {}
 

@@ -6,6 +6,7 @@ import threading
 import pytest
 
 from gyre_core.config import RunConfig
+from gyre_core.envs import coding
 from gyre_core.events import ListSink
 from gyre_core.runtime import run_job
 from gyre_core.runtime.session import make_model_dir
@@ -202,3 +203,14 @@ def test_benchmark_every_scores_versions_during_the_run(ray_cluster, model_dir, 
     out = run_job(cfg, sink=sink, workdir=tmp_path)
     assert sorted(e.step for e in sink.events if e.kind == "benchmark") == [0, 1, 2]
     assert sorted(out["benchmark_by_version"]) == [0, 1, 2]
+
+
+def test_a_coding_run_draws_more_tasks_than_the_suite_has(ray_cluster, model_dir, tmp_path):
+    """The coding suite has four tasks; a run draws six (three steps of two), so its task
+    indices go round the pool."""
+    rollout = {**BASE["rollout"], "suite": "coding", "tasks_per_step": 2}
+    sink = ListSink()
+    out = run_job(_cfg(model_dir, steps=3, rollout=rollout), sink=sink, workdir=tmp_path)
+    assert out["status"] == "succeeded" and out["steps"] == 3
+    tasks = {e.task_id for e in sink.events if e.kind == "rollout_started"}
+    assert tasks == {f"coding-{name}" for name in coding.TASKS}

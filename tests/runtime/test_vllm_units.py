@@ -21,6 +21,7 @@ import pytest
 
 from gyre_core.config import RunConfig
 from gyre_core.events import ListSink, RoleChange, RolloutsWritten
+from gyre_core.models.shape import ModelShape
 from gyre_core.runtime import run_job
 from gyre_core.runtime.vllm_unit import check_vllm_env
 from gyre_core.trajectory.format import read_rollouts
@@ -123,8 +124,9 @@ def unit_child(
     from gyre_core.models.init import init_checkpoint
 
     root = tmp_path_factory.mktemp("vllm-unit").resolve()
-    ckpt = init_checkpoint(root / "ckpt", vocab_size=1024, layers=2, hidden=64, heads=2,
-                           kv_heads=1, head_dim=32, intermediate=128, max_positions=4096)  # fmt: skip
+    shape = ModelShape(1024, layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32,
+                       intermediate=128, max_positions=4096)  # fmt: skip
+    ckpt = init_checkpoint(root / "ckpt", shape)
     child = subprocess.Popen(
         [sys.executable, "-c", UNIT_CHILD, str(ckpt), str(root / "unit-0")],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from gyre_core.models.shape import ModelShape
 from gyre_core.train import sparse_attention
 from gyre_core.train.model import build_model, tiny_qwen3_config
 from gyre_core.train.tree_attention import tree_pg_loss
@@ -15,10 +16,10 @@ from gyre_core.trajectory.synth import PRESETS, synth_rollouts
 from gyre_core.trajectory.tree import build_trees
 from tests.trajectory.naive import Naive
 
-CONFIG = tiny_qwen3_config(
+CONFIG = tiny_qwen3_config(ModelShape(
     PRESETS["tiny"].vocab_size, layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32,
     intermediate=128, max_positions=512,
-)  # fmt: skip
+))  # fmt: skip
 MAX_TOKENS = 150  # below the tiny log's tree sizes: trees are split, context repeated
 
 

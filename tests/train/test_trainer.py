@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from gyre_core.config import ConfigError, RunConfig, TrainConfig
+from gyre_core.models.shape import ModelShape
 from gyre_core.rollout.engine import SamplingParams
 from gyre_core.rollout.torch_engine import TorchEngine
 from gyre_core.train import sparse_attention
@@ -25,10 +26,10 @@ from gyre_core.trajectory.format import Call, Rollout
 from gyre_core.trajectory.synth import PRESETS, synth_rollouts
 
 VOCAB = 32
-CONFIG = tiny_qwen3_config(
+CONFIG = tiny_qwen3_config(ModelShape(
     VOCAB, layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32, intermediate=128,
     max_positions=256,
-)  # fmt: skip
+))  # fmt: skip
 SYNTH = replace(PRESETS["tiny"], vocab_size=VOCAB, group_size=2)  # ~330 unique tokens
 
 

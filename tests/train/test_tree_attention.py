@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from torch.nn.attention.flex_attention import create_block_mask
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
+from gyre_core.models.shape import ModelShape
 from gyre_core.train import sparse_attention
 from gyre_core.train.model import build_model, tiny_qwen3_config
 from gyre_core.train.tree_attention import (
@@ -28,7 +29,7 @@ from tests.train.conftest import exact_rmsnorm
 
 VOCAB = 97
 CONFIG = tiny_qwen3_config(
-    VOCAB, layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32, intermediate=128
+    ModelShape(VOCAB, layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32, intermediate=128)
 )
 
 # Three trees and a lone root in one preorder sample. Tree A branches at tokens 1, 2 and 8

@@ -4,7 +4,7 @@
 
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import { apiNodeTokens, type NodeTokens, type NodeTokensSource } from "../lib/nodeTokens";
-import { keyMove, ROOT, TreeModel } from "../lib/tree";
+import { keyMove, ROOT, TreeModel, treeLabel } from "../lib/tree";
 import { apiTreeSource, type TreeSource } from "../lib/treeSource";
 import type { TreeInfo, TreeNode } from "../lib/types";
 import { NodeTokensView } from "./NodeTokensView";
@@ -122,7 +122,7 @@ export function TreeBrowser({
   return (
     <div className="tree-browser" data-testid="tree-browser">
       <div className="toolbar">
-        <b>group {tree.group_id}</b> · {tree.nodes} nodes · {tree.rollouts} rollouts · dedup ×{tree.dedup_ratio.toFixed(2)}
+        <b>group {treeLabel(tree)}</b> · {tree.nodes} nodes · {tree.rollouts} rollouts · dedup ×{tree.dedup_ratio.toFixed(2)}
         <label>
           <input type="checkbox" checked={aggregate} onChange={(e) => setAggregate(e.target.checked)} /> collapse retries
         </label>

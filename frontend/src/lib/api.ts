@@ -105,9 +105,19 @@ export async function logout(): Promise<void> {
   });
 }
 
+/** GET /api/auth/session/: who the caller is. Signed out is a 200 answer, not an error. */
+export interface Session {
+  authenticated: boolean;
+  username: string | null;
+  staff: boolean;
+}
+
 export async function isSignedIn(): Promise<boolean> {
-  const res = await fetch("/api/teams/", { credentials: "same-origin", headers: { Accept: "application/json" } });
-  return res.ok;
+  try {
+    return (await api<Session>("/api/auth/session/")).authenticated;
+  } catch {
+    return false; // refused credentials (a revoked share key) or no server: sign in
+  }
 }
 
 export function qs(params: Record<string, string | number | undefined | null>): string {

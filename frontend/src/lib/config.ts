@@ -108,31 +108,15 @@ export function apiErrors(body: unknown): FieldErrors {
   return out;
 }
 
-/** Small demo configurations (sim ones finish in seconds). */
-export const PRESETS: Record<string, FormValues> = {
-  "sim · elastic (demo)": {
-    name: "sim-elastic",
-    backend: "sim",
-    "scheduler.policy": "elastic",
-    "sim.gpus": "64",
-    "sim.rollouts": "256",
-    "sim.rollouts_per_step": "64",
-  },
-  "sim · async": {
-    name: "sim-async",
-    backend: "sim",
-    "scheduler.policy": "async",
-    "sim.gpus": "64",
-    "sim.rollouts": "256",
-    "sim.rollouts_per_step": "64",
-  },
-  "sim · colocate": {
-    name: "sim-colocate",
-    backend: "sim",
-    "scheduler.policy": "colocate",
-    "sim.gpus": "64",
-    "sim.rollouts": "256",
-    "sim.rollouts_per_step": "64",
-  },
-  "real · tiny (CPU)": { name: "tiny-real", backend: "real", steps: "2", "cluster.units": "2" },
-};
+/** GET /api/config/presets/: the configs of the repository's `configs/` by name. */
+export interface PresetsResponse {
+  default: Record<string, unknown>;
+  presets: Record<string, Record<string, unknown>>;
+}
+
+/** The presets as form values by name (each a nested config flattened to dotted paths). */
+export function presetValues(resp: PresetsResponse): Record<string, FormValues> {
+  const out: Record<string, FormValues> = {};
+  for (const [name, config] of Object.entries(resp.presets)) out[name] = flattenConfig(config ?? {});
+  return out;
+}

@@ -1,7 +1,7 @@
 // A trajectory tree loaded lazily (children by parent) and flattened into visible rows
 // for a virtualized list; keyboard moves work on those rows.
 
-import type { TreeNode } from "./types";
+import type { TreeInfo, TreeNode } from "./types";
 
 export const ROOT = -1; // key of the (virtual) parent of the root nodes
 
@@ -114,4 +114,10 @@ export function keyMove(rows: Row[], index: number, key: string): KeyMove {
 function inOrder(list: TreeNode[]): boolean {
   for (let i = 1; i < list.length; i++) if (list[i - 1].path_key > list[i].path_key) return false;
   return true;
+}
+
+/** A tree's name in lists: its group, and the training step when it is one step's part of
+ * the group (the trainer weighs each step's part on its own; 0: an upload, weighed whole). */
+export function treeLabel(tree: Pick<TreeInfo, "group_id" | "step">): string {
+  return tree.step ? `${tree.group_id} · step ${tree.step}` : tree.group_id;
 }

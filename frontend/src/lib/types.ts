@@ -78,6 +78,7 @@ export interface TreeInfo {
   id: number;
   run: number;
   group_id: string;
+  step: number; // the training step whose batch this part of the group was; 0: an upload
   rollouts: number;
   nodes: number;
   depth: number;

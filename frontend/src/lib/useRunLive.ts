@@ -4,7 +4,7 @@
 
 import { useEffect, useRef, useState } from "react";
 import { api } from "./api";
-import { RunStream, type StreamState } from "./cursor";
+import { EventStream, type StreamState } from "./eventStream";
 import { MetricStore } from "./metrics";
 import { RoleTimeline } from "./roles";
 import { RolloutTracker } from "./rollouts";
@@ -25,7 +25,7 @@ export function useRunLive(runId: number) {
   const [version, setVersion] = useState(0);
   const [state, setState] = useState<StreamState>("connecting");
   const [paused, setPaused] = useState(false);
-  const stream = useRef<RunStream | null>(null);
+  const stream = useRef<EventStream<RunEvent> | null>(null);
 
   if (!live.current) live.current = fresh();
 
@@ -42,7 +42,7 @@ export function useRunLive(runId: number) {
         schedule();
       })
       .catch(() => undefined); // live points still arrive
-    const s = new RunStream(runId, {
+    const s = new EventStream<RunEvent>({ run: runId }, {
       onEvents: (events) => {
         for (const ev of events) {
           l.timeline.apply(ev);

@@ -56,7 +56,7 @@ export function BenchPage() {
   const charts = useMemo(() => Array.from({ length: nCharts }, (_, i) => series(points, i + 1)), [nCharts]);
   const [treeNodes, setTreeNodes] = useState<TreeNode[]>([]);
   const source = useMemo(() => memoryTreeSource(treeNodes), [treeNodes]);
-  const info: TreeInfo = { id: 0, run: 0, group_id: "bench", rollouts: 0, nodes: treeNodes.length, depth: 0, tokens_unique: 0, tokens_per_call: 0, dedup_ratio: 1, branch_counts: {} };
+  const info: TreeInfo = { id: 0, run: 0, group_id: "bench", step: 0, rollouts: 0, nodes: treeNodes.length, depth: 0, tokens_unique: 0, tokens_per_call: 0, dedup_ratio: 1, branch_counts: {} };
   const [treeT0, setTreeT0] = useState(0);
 
   useEffect(() => {

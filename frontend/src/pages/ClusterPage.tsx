@@ -6,8 +6,8 @@
 import { useEffect, useRef, useState } from "react";
 import { Link } from "react-router-dom";
 import { listAll } from "../lib/api";
-import { type ClusterEvent, ClusterStream, describeClusterEvent } from "../lib/clusterStream";
-import type { StreamState } from "../lib/cursor";
+import { type ClusterEvent, describeClusterEvent } from "../lib/cluster";
+import { EventStream, type StreamState } from "../lib/eventStream";
 
 interface Gpu {
   id: number;
@@ -50,7 +50,7 @@ export function ClusterPage() {
       }
     };
     void load();
-    const stream = new ClusterStream({
+    const stream = new EventStream<ClusterEvent>({ stream: "cluster" }, {
       onEvents: (events) => {
         setRecent((r) => [...events.slice(-RECENT).reverse(), ...r].slice(0, RECENT));
         void load();

@@ -4,7 +4,17 @@
 import { useEffect, useMemo, useState } from "react";
 import { useNavigate, useSearchParams } from "react-router-dom";
 import { api, ApiError, listAll } from "../lib/api";
-import { apiErrors, buildConfig, defaults, flattenConfig, groups, PRESETS, type FieldErrors, type FormValues } from "../lib/config";
+import {
+  apiErrors,
+  buildConfig,
+  defaults,
+  flattenConfig,
+  groups,
+  presetValues,
+  type FieldErrors,
+  type FormValues,
+  type PresetsResponse,
+} from "../lib/config";
 import snapshot from "../lib/schema.snapshot.json";
 import type { ConfigSchema, Experiment, Run, Team } from "../lib/types";
 
@@ -21,6 +31,7 @@ export function LaunchPage() {
   const [experiment, setExperiment] = useState("");
   const [newExperiment, setNewExperiment] = useState("");
   const [busy, setBusy] = useState(false);
+  const [presets, setPresets] = useState<Record<string, FormValues>>({});
 
   useEffect(() => {
     api<ConfigSchema>("/api/config/schema/")
@@ -29,6 +40,9 @@ export function LaunchPage() {
         setSchema(snapshot as ConfigSchema);
         setSchemaNote("the server has no /api/config/schema/: using the schema bundled at build time");
       });
+    api<PresetsResponse>("/api/config/presets/")
+      .then((resp) => setPresets(presetValues(resp)))
+      .catch(() => undefined); // the form works without presets
     listAll<Team>("/api/teams/").then(setTeams).catch(() => undefined);
     listAll<Experiment>("/api/experiments/").then((xs) => {
       setExperiments(xs);
@@ -50,8 +64,8 @@ export function LaunchPage() {
   const sections = useMemo(() => (schema ? groups(schema) : []), [schema]);
 
   const applyPreset = (name: string) => {
-    if (!schema || !PRESETS[name]) return;
-    setValues({ ...defaults(schema), ...PRESETS[name] });
+    if (!schema || !presets[name]) return;
+    setValues({ ...defaults(schema), ...presets[name] });
     setErrors({});
   };
 
@@ -91,7 +105,7 @@ export function LaunchPage() {
           preset{" "}
           <select onChange={(e) => applyPreset(e.target.value)} defaultValue="" aria-label="preset">
             <option value="">defaults</option>
-            {Object.keys(PRESETS).map((p) => (
+            {Object.keys(presets).map((p) => (
               <option key={p}>{p}</option>
             ))}
           </select>

@@ -12,6 +12,7 @@ import { RoleTimelineView } from "../components/RoleTimelineView";
 import { RolloutPanel } from "../components/RolloutPanel";
 import { TreeBrowser } from "../components/TreeBrowser";
 import { api, listAll } from "../lib/api";
+import { treeLabel } from "../lib/tree";
 import type { Run, TreeInfo } from "../lib/types";
 import { useRunLive } from "../lib/useRunLive";
 
@@ -131,7 +132,7 @@ export function RunView({ runId, readOnly = false }: { runId: number; readOnly?:
         <div className="tree-list">
           {trees.map((t) => (
             <button key={t.id} className={tree?.id === t.id ? "active" : ""} onClick={() => setTree(t)}>
-              {t.group_id} ({t.nodes})
+              {treeLabel(t)} ({t.nodes})
             </button>
           ))}
         </div>

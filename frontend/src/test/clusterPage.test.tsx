@@ -5,6 +5,9 @@ import { act, cleanup, render, screen } from "@testing-library/react";
 import { MemoryRouter } from "react-router-dom";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { ClusterPage } from "../pages/ClusterPage";
+import { FakeSocket } from "./fakeSocket";
+
+const deliver = (ws: FakeSocket, msg: unknown) => act(() => ws.message(msg));
 
 const gpu = (id: number, node: string, alive: boolean, run: number | null = null) => ({
   id, node: id, node_name: node, node_alive: alive, node_last_seen_at: null, index: id % 2,
@@ -38,26 +41,6 @@ describe("ClusterPage", () => {
   });
 });
 
-class FakeSocket {
-  static all: FakeSocket[] = [];
-  sent: unknown[] = [];
-  onopen: ((ev: Event) => void) | null = null;
-  onclose: ((ev: CloseEvent) => void) | null = null;
-  onmessage: ((ev: MessageEvent) => void) | null = null;
-  constructor(readonly url: string) {
-    FakeSocket.all.push(this);
-  }
-  send(data: string) {
-    this.sent.push(JSON.parse(data));
-  }
-  close() {
-    this.onclose?.({} as CloseEvent);
-  }
-  deliver(msg: unknown) {
-    act(() => this.onmessage?.({ data: JSON.stringify(msg) } as MessageEvent));
-  }
-}
-
 const cev = (seq: number, kind: string, data: Record<string, unknown>) => ({ seq, kind, wall: "2026-01-01T00:00:00Z", data });
 
 describe("ClusterPage's cluster stream", () => {
@@ -75,14 +58,14 @@ describe("ClusterPage's cluster stream", () => {
     );
     expect(await screen.findByText(/2 GPUs · 0 allocated · 2 free/)).toBeTruthy();
     const ws = FakeSocket.all[0];
-    act(() => ws.onopen?.({} as Event));
+    act(() => ws.open());
     expect(ws.sent).toEqual([{ type: "subscribe", stream: "cluster", after: 0 }]);
     expect(screen.getByText("no cluster events yet")).toBeTruthy();
 
     body = [gpu(0, "head", true, 7), gpu(1, "w", false)];
     const before = fetches;
-    ws.deliver({ type: "events", run: 3, events: [cev(1, "run_status", {})] }); // a run's: ignored
-    ws.deliver({
+    deliver(ws, { type: "events", run: 3, events: [cev(1, "run_status", {})] }); // a run's: ignored
+    deliver(ws, {
       type: "events",
       stream: "cluster",
       events: [cev(1, "gpu_lease", { run: 7, unit: 0, gpus: [0], held: true }), cev(2, "node_status", { node: "w", node_id: "x", alive: false, gpus: 1 })],
@@ -94,7 +77,7 @@ describe("ClusterPage's cluster stream", () => {
     expect(items[0]).toContain("node w gone (1 GPU)"); // newest first
     expect(items[1]).toContain("run 7 unit 0 leased head:0");
 
-    ws.deliver({ type: "events", stream: "cluster", events: [cev(4, "gpu_lease", { run: 7, unit: 0, gpus: [0], held: false })] });
+    deliver(ws, { type: "events", stream: "cluster", events: [cev(4, "gpu_lease", { run: 7, unit: 0, gpus: [0], held: false })] });
     expect(ws.sent.at(-1)).toEqual({ type: "subscribe", stream: "cluster", after: 2 }); // a gap: ask again
     expect(screen.getByTestId("cluster-events").querySelectorAll("li")).toHaveLength(2);
   });

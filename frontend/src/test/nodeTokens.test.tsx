@@ -64,7 +64,7 @@ describe("TreeBrowser node detail", () => {
       token_end: 14, trainable: 3, preview: "fix the bug", advantage: 0.5, leaves: 1,
     };
     const info: TreeInfo = {
-      id: 1, run: 1, group_id: "g", rollouts: 1, nodes: 1, depth: 0, tokens_unique: 4,
+      id: 1, run: 1, group_id: "g", step: 0, rollouts: 1, nodes: 1, depth: 0, tokens_unique: 4,
       tokens_per_call: 4, dedup_ratio: 1, branch_counts: {},
     };
     const asked: number[] = [];

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { keyMove, ROOT, TreeModel } from "../lib/tree";
+import { keyMove, ROOT, TreeModel, treeLabel } from "../lib/tree";
 import type { TreeNode } from "../lib/types";
 
 function node(id: number, parent: number | null, path_key: string, kind = "continue"): TreeNode {
@@ -69,5 +69,12 @@ describe("keyMove", () => {
     expect(keyMove(rows, 0, "ArrowRight")).toEqual({ kind: "select", index: 1 });
     expect(keyMove(rows, 3, "ArrowDown")).toEqual({ kind: "select", index: 3 });
     expect(keyMove(rows, 0, "x")).toEqual({ kind: "none" });
+  });
+});
+
+describe("treeLabel", () => {
+  it("names a step's part of a group by its step, an upload by its group alone", () => {
+    expect(treeLabel({ group_id: "g0", step: 2 })).toBe("g0 · step 2");
+    expect(treeLabel({ group_id: "g0", step: 0 })).toBe("g0");
   });
 });

@@ -93,3 +93,11 @@ class ShareLinkCreatedSerializer(ShareLinkSerializer):
 
     class Meta(ShareLinkSerializer.Meta):
         fields = [*ShareLinkSerializer.Meta.fields, "key"]
+
+
+class SessionSerializer(serializers.Serializer):
+    """Who the caller is: signed in or not, and as whom."""
+
+    authenticated = serializers.BooleanField(help_text="true for a signed-in user")
+    username = serializers.CharField(allow_null=True, help_text="null when not signed in")
+    staff = serializers.BooleanField(help_text="a site administrator")

@@ -1,4 +1,5 @@
-"""Teams and memberships, API tokens (key shown once), share links (key shown once)."""
+"""Teams and memberships, API tokens (key shown once), share links (key shown once), and
+who the caller is (the session)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
-from rest_framework.decorators import action
+from rest_framework.decorators import action, api_view, permission_classes
 from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -22,6 +24,7 @@ from gyre_web.teams.serializers import (
     ApiTokenCreatedSerializer,
     ApiTokenSerializer,
     MembershipSerializer,
+    SessionSerializer,
     ShareLinkCreatedSerializer,
     ShareLinkSerializer,
     TeamSerializer,
@@ -157,3 +160,20 @@ class ShareLinkViewSet(ApiTokenViewSet):
     def perform_destroy(self, instance: ShareLink) -> None:  # type: ignore[override]
         require_role(self.request, instance.team_id)
         services.revoke_share_link(link=instance)
+
+
+@extend_schema(responses={200: SessionSerializer, 401: ERROR})
+@api_view(["GET"])
+@permission_classes([AllowAny])
+def session(request: Request) -> Response:
+    """Who the caller is. Signed out (or a share link) is an answer, not an error: 200 with
+    ``authenticated: false``; only credentials that are sent and refused (a revoked API
+    token or share link) answer 401."""
+    user = request.user
+    signed_in = bool(user and user.is_authenticated)
+    body = {
+        "authenticated": signed_in,
+        "username": user.get_username() if signed_in else None,
+        "staff": bool(signed_in and user.is_staff),
+    }
+    return Response(SessionSerializer(body).data)

@@ -31,8 +31,15 @@ class Rollout(models.Model):
 
 
 class Tree(models.Model):
+    """One group's rollouts as one training step trained them: the trainer weighs each
+    step's batch on its own, so a group whose rollouts span two steps has a tree per step
+    part, each with the advantages that step used. ``step`` 0: an upload, weighed whole."""
+
     run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="trees")
     group_id = models.CharField(max_length=100)
+    step = models.IntegerField(
+        default=0, help_text="the training step whose batch held these rollouts; 0: an upload"
+    )
     rollouts = models.IntegerField(default=0)
     nodes = models.IntegerField(default=0)
     depth = models.IntegerField(default=0)
@@ -43,7 +50,9 @@ class Tree(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["run", "group_id"], name="one_tree_per_group")
+            models.UniqueConstraint(
+                fields=["run", "group_id", "step"], name="one_tree_per_group_step"
+            )
         ]
 
     @property

@@ -1,9 +1,8 @@
 """Token payload files (``gyre.trajectory/v1``) and the tokenizer kept beside them.
 
 A live run's step file is copied into ``GYRE_DATA_DIR/payloads/<run>/`` (named by its
-content hash), so it outlives the run's work folder; a group whose rollouts span steps gets
-one file of its own under ``payloads/<run>/trees/``. The run's ``tokenizer.json`` is kept
-there too. ``payload_tree`` is a group's weighed tree read back from its file, kept in a
+content hash), so it outlives the run's work folder; the trees of that step's groups read
+their tokens from it. The run's ``tokenizer.json`` is kept there too. ``payload_tree`` is a group's weighed tree read back from its file, kept in a
 small in-process LRU (``remember_tree`` puts in the tree an import just built), so a
 payload's tree is built once per process for its node rows and its token views.
 
@@ -29,12 +28,9 @@ from gyre_core.config import RunConfig
 from gyre_core.trajectory.export import (
     Decode,
     PrefixTree,
-    TrajectoryFormatError,
     Weighting,
     read_rollouts,
-    write_rollouts,
 )
-from gyre_core.trajectory.export import Rollout as CoreRollout
 
 log = logging.getLogger(__name__)
 TOKENIZER_FILE = "tokenizer.json"
@@ -67,27 +63,6 @@ def keep_copy(run_id: int, source: Path) -> Path:
 
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80] or "group"
-
-
-def group_rollouts(path: Path, group_id: str) -> list[CoreRollout]:
-    """The group's rollouts in a payload file; none (logged) when the file is unreadable."""
-    try:
-        return [r for r in read_rollouts(path) if r.group_id == group_id]
-    except (OSError, TrajectoryFormatError) as err:
-        log.warning("payload %s unreadable, tree %s rebuilt without it: %s", path, group_id, err)
-        return []
-
-
-def write_group(run_id: int, group_id: str, rollouts: list[CoreRollout]) -> Path:
-    """One group's rollouts gathered from several step files, as one payload file."""
-    ids = hashlib.sha256("\n".join(r.rollout_id for r in rollouts).encode()).hexdigest()[:16]
-    folder = payload_folder(run_id) / "trees"
-    folder.mkdir(parents=True, exist_ok=True)
-    dest = folder / f"{_safe(group_id)}-{ids}.jsonl"
-    tmp = dest.with_suffix(".tmp")
-    write_rollouts(tmp, rollouts)
-    tmp.replace(dest)
-    return dest
 
 
 # --------------------------------------------------------------------------- weighed trees

@@ -66,29 +66,13 @@ def record_rollout_events(*, run_id: int, events: list[dict[str, Any]]) -> None:
         if e["kind"] in ("rollout_started", "rollout_progress", "rollout_finished"):
             rid = str(e["data"]["rollout_id"])
             changes.setdefault(rid, {}).update(_rollout_fields(e))
-        elif e["kind"] == "tree_ready":
-            _record_tree_ready(run_id, e["data"])
     if changes:
         _upsert_rollouts(run_id, changes)
     written = [e for e in events if e["kind"] == "rollouts_written"]
     if written:  # after the rows above exist, so the payload merges into them
         for e in written:
-            record_rollouts_written(run_id=run_id, path=str(e["data"]["path"]))
-
-
-def _record_tree_ready(run_id: int, data: dict[str, Any]) -> None:
-    """A tree's counts from the runtime; once its payload is imported, the counts of the
-    stored nodes stand (a group whose rollouts span two steps has a ``tree_ready`` each)."""
-    tree, _ = Tree.objects.select_for_update().get_or_create(
-        run_id=run_id, group_id=str(data["group_id"])
-    )
-    if tree.payload_path:
-        return
-    tree.rollouts = int(data.get("rollouts", 0))
-    tree.tokens_unique = int(data.get("tokens_unique", 0))
-    tree.tokens_per_call = int(data.get("tokens_per_call", 0))
-    tree.nodes = int(data.get("nodes", 0))
-    tree.save(update_fields=["rollouts", "tokens_unique", "tokens_per_call", "nodes"])
+            path, step = str(e["data"]["path"]), int(e["data"]["step"])
+            record_rollouts_written(run_id=run_id, path=path, step=step)
 
 
 def _upsert_rollouts(run_id: int, changes: dict[str, dict[str, Any]]) -> None:
@@ -213,13 +197,15 @@ def store_tree(*, tree_row: Tree, export: GroupExport, payload: Path) -> int:
 
 @transaction.atomic
 def record_rollouts_written(
-    *, run_id: int, path: str, decode: Decode | None = None
+    *, run_id: int, path: str, step: int, decode: Decode | None = None
 ) -> dict[str, int]:
-    """Import a live run's step file into its rows, idempotently: rollouts the events made
-    get their ``payload_path`` (the first payload of a rollout wins), missing ones are
-    created; a group's tree is built once, and rebuilt (from its stored payload plus the
-    new rollouts) only when a later step brings rollouts of that group it lacks.
-    An unreadable file is logged and skipped: it must not fail the run. -> counts."""
+    """Import a live run's step file (the batch the trainer trained at ``step``) into its
+    rows, idempotently: rollouts the events made get their ``payload_path`` (the first
+    payload of a rollout wins), missing ones are created; each group of the file gets the
+    tree of this step part, weighed on its own as the trainer weighed it (a group whose
+    rollouts span two steps has a tree per step). A redelivered file changes nothing; a
+    step trained again (after a resume) replaces that step's trees. An unreadable file is
+    logged and skipped: it must not fail the run. -> counts."""
     source = Path(path)
     try:
         stored = payloads.keep_copy(run_id, source)
@@ -248,31 +234,21 @@ def record_rollouts_written(
             row.group_id = row.group_id or r.group_id
             row.save(update_fields=["payload_path", "task_id", "group_id"])
     trees = nodes = 0
-    by_group: dict[str, list[CoreRollout]] = {}
-    for r in rollouts:
-        by_group.setdefault(r.group_id, []).append(r)
-    for group_id, members in by_group.items():
+    for group_id in dict.fromkeys(r.group_id for r in rollouts):
         tree_row, _ = Tree.objects.select_for_update().get_or_create(
-            run_id=run_id, group_id=group_id
+            run_id=run_id, group_id=group_id, step=step
         )
-        payload, group = stored, members
-        if tree_row.payload_path:
-            before = payloads.group_rollouts(Path(tree_row.payload_path), group_id)
-            seen = {r.rollout_id for r in before}
-            new = [r for r in members if r.rollout_id not in seen]
-            if not new:
-                continue  # a redelivery, or a rerun of rollouts the tree already holds
-            group = before + new
-            payload = payloads.write_group(run_id, group_id, group)
-        export = export_group(group, group_id, weighting, decode)
+        if tree_row.payload_path == str(stored):
+            continue  # a redelivery: this step part's tree is stored
+        export = export_group(rollouts, group_id, weighting, decode)
         if export is None:
             continue
         try:
             with transaction.atomic():  # a tree the rows cannot hold must not fail the run
-                nodes += store_tree(tree_row=tree_row, export=export, payload=payload)
+                nodes += store_tree(tree_row=tree_row, export=export, payload=stored)
         except ValueError as err:
-            log.warning("run %s: tree %s not stored: %s", run_id, group_id, err)
+            log.warning("run %s: tree %s of step %s not stored: %s", run_id, group_id, step, err)
             continue
-        payloads.remember_tree(payload, group_id, weighting, export.tree)
+        payloads.remember_tree(stored, group_id, weighting, export.tree)
         trees += 1
     return {"rollouts": len(fresh), "trees": trees, "nodes": nodes}

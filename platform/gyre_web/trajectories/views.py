@@ -40,7 +40,7 @@ class TreeSerializer(serializers.ModelSerializer):
     class Meta:
         model = Tree
         fields = [
-            "id", "run", "group_id", "rollouts", "nodes", "depth", "tokens_unique",
+            "id", "run", "group_id", "step", "rollouts", "nodes", "depth", "tokens_unique",
             "tokens_per_call", "dedup_ratio", "branch_counts", "payload_path",
         ]  # fmt: skip
 
@@ -93,7 +93,7 @@ class RolloutViewSet(viewsets.ReadOnlyModelViewSet):
 
 class TreeViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = TreeSerializer
-    filterset_fields = ["run", "group_id"]
+    filterset_fields = ["run", "group_id", "step"]
     share_link_readable = True
 
     def get_queryset(self) -> QuerySet[Tree]:

@@ -1,10 +1,16 @@
-// The websocket resume cursor: events are accepted once, in seq order; a reconnect
-// subscribes `after` the last seq seen, so nothing is lost or repeated.
+// The websocket's event streams, with reconnect-and-resume: one run's events
+// (`{run: ID}`, numbered by the run's seq) or the cluster's (`{stream: "cluster"}`, nodes
+// gone and back, GPUs leased and released, numbered from 1 on their own). Events are
+// accepted once, in seq order; a reconnect subscribes `after` the last seq seen and a gap
+// asks again from there, so nothing is lost or repeated.
 
 import { getShareKey } from "./api";
-import type { RunEvent } from "./types";
 
-export class SeqCursor {
+interface Numbered {
+  seq: number;
+}
+
+export class SeqCursor<E extends Numbered = Numbered> {
   last: number;
   constructor(after = 0) {
     this.last = after;
@@ -14,8 +20,8 @@ export class SeqCursor {
    * The events not seen yet, in order. `gap` is true when the batch skips seqs (the
    * caller should resubscribe from `last`); events past a gap are not accepted.
    */
-  accept(events: RunEvent[]): { fresh: RunEvent[]; gap: boolean } {
-    const fresh: RunEvent[] = [];
+  accept(events: E[]): { fresh: E[]; gap: boolean } {
+    const fresh: E[] = [];
     const sorted = [...events].sort((a, b) => a.seq - b.seq);
     for (const ev of sorted) {
       if (ev.seq <= this.last) continue; // a duplicate after a resubscribe
@@ -29,8 +35,10 @@ export class SeqCursor {
 
 export type StreamState = "connecting" | "live" | "paused" | "closed";
 
+/** What a stream subscribes to: one run, or a named stream such as "cluster". */
+export type Topic = { run: number } | { stream: string };
+
 interface WsLike {
-  readyState: number;
   send(data: string): void;
   close(): void;
   onopen: ((ev: Event) => void) | null;
@@ -38,13 +46,21 @@ interface WsLike {
   onmessage: ((ev: MessageEvent) => void) | null;
 }
 
-export interface StreamOptions {
+export interface StreamOptions<E> {
   url?: string;
   after?: number;
-  onEvents: (events: RunEvent[]) => void;
+  onEvents: (events: E[]) => void;
   onState?: (state: StreamState, detail?: string) => void;
   makeSocket?: (url: string) => WsLike;
   retryMs?: number;
+}
+
+interface ServerMessage<E> {
+  type?: string;
+  run?: number;
+  stream?: string;
+  events?: E[];
+  error?: string;
 }
 
 export function wsUrl(): string {
@@ -53,27 +69,20 @@ export function wsUrl(): string {
   return `${proto}://${window.location.host}/ws/${share ? `?share=${encodeURIComponent(share)}` : ""}`;
 }
 
-/** One run's live events over `/ws/`, with reconnect-and-resume and a pause toggle. */
-export class RunStream {
-  readonly cursor: SeqCursor;
+/** One topic's live events over `/ws/`, with reconnect-and-resume and a pause toggle. */
+export class EventStream<E extends Numbered> {
+  readonly cursor: SeqCursor<E>;
   private ws: WsLike | null = null;
-  private held: RunEvent[] = [];
+  private held: E[] = [];
   private stopped = false;
   private paused = false;
   private retry: ReturnType<typeof setTimeout> | null = null;
-  private readonly opts: Required<Omit<StreamOptions, "after" | "onState">> & StreamOptions;
 
   constructor(
-    readonly run: number,
-    opts: StreamOptions,
+    readonly topic: Topic,
+    private readonly opts: StreamOptions<E>,
   ) {
-    this.cursor = new SeqCursor(opts.after ?? 0);
-    this.opts = {
-      url: opts.url ?? wsUrl(),
-      makeSocket: opts.makeSocket ?? ((u) => new WebSocket(u)),
-      retryMs: opts.retryMs ?? 1000,
-      ...opts,
-    } as Required<Omit<StreamOptions, "after" | "onState">> & StreamOptions;
+    this.cursor = new SeqCursor<E>(opts.after ?? 0);
   }
 
   start(): void {
@@ -100,35 +109,48 @@ export class RunStream {
     }
   }
 
+  private subscribe(ws: WsLike): void {
+    ws.send(JSON.stringify({ type: "subscribe", ...this.topic, after: this.cursor.last }));
+  }
+
+  /** True when a message names this stream's topic (`named`: it names some topic). */
+  private ours(msg: ServerMessage<E>): { ours: boolean; named: boolean } {
+    const named = msg.run !== undefined || msg.stream !== undefined;
+    const t = this.topic;
+    const ours = "run" in t ? msg.run === t.run : msg.stream === t.stream;
+    return { ours, named };
+  }
+
   private open(): void {
     this.opts.onState?.("connecting");
-    const ws = this.opts.makeSocket(this.opts.url);
+    const ws = (this.opts.makeSocket ?? ((u) => new WebSocket(u)))(this.opts.url ?? wsUrl());
     this.ws = ws;
     ws.onopen = () => {
-      ws.send(JSON.stringify({ type: "subscribe", run: this.run, after: this.cursor.last }));
+      this.subscribe(ws);
       this.opts.onState?.(this.paused ? "paused" : "live");
     };
-    ws.onmessage = (msg) => this.handle(ws, JSON.parse(String(msg.data)));
+    ws.onmessage = (msg) => this.handle(ws, JSON.parse(String(msg.data)) as ServerMessage<E>);
     ws.onclose = () => {
       if (this.ws !== ws || this.stopped) return;
       this.ws = null;
       this.opts.onState?.("connecting", "reconnecting");
-      this.retry = setTimeout(() => this.open(), this.opts.retryMs);
+      this.retry = setTimeout(() => this.open(), this.opts.retryMs ?? 1000);
     };
   }
 
-  /** Exposed for tests: one server message. */
-  handle(ws: WsLike, msg: { type?: string; run?: number; events?: RunEvent[]; error?: string }): void {
+  /** Exposed for tests: one server message. An error naming no topic is the socket's. */
+  handle(ws: WsLike, msg: ServerMessage<E>): void {
+    const { ours, named } = this.ours(msg);
     if (msg.type === "error") {
-      this.opts.onState?.("closed", msg.error);
+      if (ours || !named) this.opts.onState?.("closed", msg.error);
       return;
     }
-    if (msg.type !== "events" || msg.run !== this.run || !msg.events) return;
+    if (msg.type !== "events" || !ours || !msg.events) return;
     const { fresh, gap } = this.cursor.accept(msg.events);
     if (fresh.length) {
       if (this.paused) this.held.push(...fresh);
       else this.opts.onEvents(fresh);
     }
-    if (gap) ws.send(JSON.stringify({ type: "subscribe", run: this.run, after: this.cursor.last }));
+    if (gap) this.subscribe(ws);
   }
 }

@@ -1,0 +1,29 @@
+"""The signed-out landing page in real Chromium: it finds the caller signed out from
+``/api/auth/session/`` (200, ``authenticated: false``) and shows the sign-in form with no
+console error, no page error and no failed request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import Server
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_signed_out_landing_page_logs_no_error(page: Any, server: Server) -> None:
+    errors: list[str] = []
+    page.on("console", lambda msg: msg.type == "error" and errors.append(f"console: {msg.text}"))
+    page.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
+    page.on("requestfailed", lambda req: errors.append(f"request failed: {req.url}"))
+    page.on(
+        "response",
+        lambda resp: resp.status >= 400 and errors.append(f"HTTP {resp.status}: {resp.url}"),
+    )
+    page.goto(server.url + "/")
+    page.wait_for_selector("input[name=username]")
+    page.wait_for_load_state("networkidle")
+    assert page.locator("nav >> text=Runs").count() == 0  # signed out
+    assert errors == []
