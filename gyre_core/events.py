@@ -188,10 +188,20 @@ class PhaseProgress(Event):
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
-    for cls in (RunStatus, RoleChange, RolloutStarted, RolloutProgress, RolloutFinished,
-                CallMigrated, StepFinished, Benchmark, TreeReady, RolloutsWritten,
-                PhaseProgress)
-}  # fmt: skip
+    for cls in (
+        RunStatus,
+        RoleChange,
+        RolloutStarted,
+        RolloutProgress,
+        RolloutFinished,
+        CallMigrated,
+        StepFinished,
+        Benchmark,
+        TreeReady,
+        RolloutsWritten,
+        PhaseProgress,
+    )
+}
 
 
 def event_from_json(obj: dict[str, Any]) -> Event:

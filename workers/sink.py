@@ -123,10 +123,15 @@ def wake_message(run_id: int, rows: list[Any]) -> dict[str, Any]:
     message: dict[str, Any] = {"type": "run.events", "run": run_id, "last_seq": rows[-1].seq}
     if len(rows) <= PAYLOAD_EVENTS:
         message["events"] = [
-            {"seq": r.seq, "kind": r.kind, "t": r.t, "wall": _utc(r.wall).isoformat(),
-             "data": r.data}
+            {
+                "seq": r.seq,
+                "kind": r.kind,
+                "t": r.t,
+                "wall": _utc(r.wall).isoformat(),
+                "data": r.data,
+            }
             for r in rows
-        ]  # fmt: skip
+        ]
     return message
 
 

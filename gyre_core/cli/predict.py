@@ -17,8 +17,10 @@ from gyre_core.scheduler.policies import POLICIES
 
 
 def register(cmds: Any) -> None:
-    p = cmds.add_parser("predict", help="predict a finished real run's wall time from its own "
-                        "measured costs and workload")  # fmt: skip
+    p = cmds.add_parser(
+        "predict",
+        help="predict a finished real run's wall time from its own measured costs and workload",
+    )
     p.add_argument("workdir", metavar="WORKDIR", help="the real run's work folder")
     p.add_argument("--policy", choices=POLICIES, help="simulate this policy instead of the run's")
     p.add_argument("--json", action="store_true", help="print one JSON object")

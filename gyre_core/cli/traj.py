@@ -35,8 +35,9 @@ def register(groups: Sub) -> None:
     k.add_argument("file")
     k.add_argument("--max-tokens", type=positive_int, required=True, help="tokens per sample")
     k.add_argument("--out", required=True, help="output JSONL, one sample a line")
-    k.add_argument("--advantage-mode", choices=ADVANTAGE_MODES,
-                   default=TrainConfig().advantage_mode)  # fmt: skip
+    k.add_argument(
+        "--advantage-mode", choices=ADVANTAGE_MODES, default=TrainConfig().advantage_mode
+    )
     k.add_argument("--normalise-std", action="store_true", help="divide advantages by group std")
     k.add_argument("--json", action="store_true")
     k.set_defaults(func=cmd_pack)

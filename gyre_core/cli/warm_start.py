@@ -68,8 +68,11 @@ def cmd_warm_start(args: argparse.Namespace) -> int:
         file=sys.stdout,
     )
     if meta["missed_target"] is not None:
-        print(f"warning: the target loss train.warm_start_until_loss="
-              f"{cfg.train.warm_start_until_loss} was not reached (last 20 steps: "
-              f"{meta['missed_target']:.3f}); raise train.warm_start_steps", file=sys.stderr)  # fmt: skip
+        print(
+            f"warning: the target loss train.warm_start_until_loss="
+            f"{cfg.train.warm_start_until_loss} was not reached (last 20 steps: "
+            f"{meta['missed_target']:.3f}); raise train.warm_start_steps",
+            file=sys.stderr,
+        )
         return 3
     return 0

@@ -48,10 +48,12 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 4096) -> Tokenizer:
     if vocab_size < MIN_VOCAB:
         raise ValueError(f"vocab_size must be >= {MIN_VOCAB} (256 bytes + specials)")
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRE_TOKENIZE), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])  # fmt: skip
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRE_TOKENIZE), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -87,14 +89,58 @@ def default_corpus(seed: int = 0, docs: int = 1000) -> list[str]:
 
 
 _NAMES = (
-    "rollout", "reward", "tokens", "branch", "prefix", "scheduler", "unit", "trainer",
-    "config", "path", "result", "value", "index", "batch", "session", "trace", "step",
-)  # fmt: skip
+    "rollout",
+    "reward",
+    "tokens",
+    "branch",
+    "prefix",
+    "scheduler",
+    "unit",
+    "trainer",
+    "config",
+    "path",
+    "result",
+    "value",
+    "index",
+    "batch",
+    "session",
+    "trace",
+    "step",
+)
 _WORDS = (
-    "the", "agent", "must", "return", "a", "list", "of", "each", "tool", "call", "when",
-    "test", "fails", "file", "is", "written", "to", "and", "error", "with", "code", "should",
-    "raise", "if", "input", "empty", "output", "in", "order", "for", "every", "request",
-)  # fmt: skip
+    "the",
+    "agent",
+    "must",
+    "return",
+    "a",
+    "list",
+    "of",
+    "each",
+    "tool",
+    "call",
+    "when",
+    "test",
+    "fails",
+    "file",
+    "is",
+    "written",
+    "to",
+    "and",
+    "error",
+    "with",
+    "code",
+    "should",
+    "raise",
+    "if",
+    "input",
+    "empty",
+    "output",
+    "in",
+    "order",
+    "for",
+    "every",
+    "request",
+)
 
 
 _SYLLABLES = (*(c + v for c in "bcdfghklmnprstvwz" for v in "aeiou"), "str", "ing", "ion")

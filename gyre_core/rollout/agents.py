@@ -43,9 +43,10 @@ class Codec:
     tokens dropped when decoding) or any object with ``encode``/``decode``."""
 
     def __init__(self, tokenizer: Any) -> None:
-        if not (callable(getattr(tokenizer, "encode", None)) and callable(
-            getattr(tokenizer, "decode", None)
-        )):  # fmt: skip
+        if not (
+            callable(getattr(tokenizer, "encode", None))
+            and callable(getattr(tokenizer, "decode", None))
+        ):
             raise TypeError(f"tokenizer must have encode/decode, got {type(tokenizer).__name__}")
         self.tokenizer = tokenizer
         self._hf = isinstance(tokenizer, PreTrainedTokenizerBase)

@@ -133,10 +133,13 @@ class _Session:
         task_id = self.env.task_id
         self.sink.emit(
             RolloutStarted(
-                t=0.0, rollout_id=self.rollout_id, task_id=task_id,
-                group_id=self.group_id, step=self.step,
+                t=0.0,
+                rollout_id=self.rollout_id,
+                task_id=task_id,
+                group_id=self.group_id,
+                step=self.step,
             )
-        )  # fmt: skip
+        )
         root = self.codec.encode(self.env.reset() + "\n")
         main = _Context("main", self.rollout_id, root, list(root), floor=self._floor(root))
         status, reason = "completed", None
@@ -154,11 +157,16 @@ class _Session:
         self._progress_event(force=True)
         self.sink.emit(
             RolloutFinished(
-                t=self.clock.now(), rollout_id=self.rollout_id, status=status,
-                progress=progress, reward=progress, turns=self.turns, tokens=self.generated,
+                t=self.clock.now(),
+                rollout_id=self.rollout_id,
+                status=status,
+                progress=progress,
+                reward=progress,
+                turns=self.turns,
+                tokens=self.generated,
                 versions=span,
             )
-        )  # fmt: skip
+        )
         extra = {
             "turns": self.turns,
             "tokens_generated": self.generated,
@@ -215,9 +223,12 @@ class _Session:
             )
             sub_root = main.root + self.codec.encode(header)
             sub = _Context(
-                f"sub-{i}", f"{self.rollout_id}/sub-{i}", sub_root, list(sub_root),
+                f"sub-{i}",
+                f"{self.rollout_id}/sub-{i}",
+                sub_root,
+                list(sub_root),
                 floor=self._floor(sub_root),
-            )  # fmt: skip
+            )
             sub.anchor, sub.pending_kind = main.root_anchor, "subagent"
             before = self.turns
             await self._work(sub, i, "action")
@@ -329,20 +340,28 @@ class _Session:
         if force or self.turns % self.options.progress_every == 0:
             self.sink.emit(
                 RolloutProgress(
-                    t=self.clock.now(), rollout_id=self.rollout_id, turns=self.turns,
-                    tokens=self.generated, progress=float(self.env.progress()),
+                    t=self.clock.now(),
+                    rollout_id=self.rollout_id,
+                    turns=self.turns,
+                    tokens=self.generated,
+                    progress=float(self.env.progress()),
                     branches=dict(self.kinds),
                 )
-            )  # fmt: skip
+            )
 
     def _completed(self) -> int:
         return sum(self.env.component_done(i) for i in range(len(self.env.components())))
 
     def _save(self, ctx: _Context) -> _SavePoint:
         return _SavePoint(
-            self.env.snapshot(), self.agent.snapshot(), list(ctx.tokens), ctx.anchor,
-            ctx.floor, float(self.env.progress()), self._completed(),
-        )  # fmt: skip
+            self.env.snapshot(),
+            self.agent.snapshot(),
+            list(ctx.tokens),
+            ctx.anchor,
+            ctx.floor,
+            float(self.env.progress()),
+            self._completed(),
+        )
 
     def _restore(self, ctx: _Context, save: _SavePoint, reason: str) -> None:
         before = float(self.env.progress())
@@ -442,13 +461,21 @@ async def run_group(
             await asyncio.gather(
                 *(
                     run_session(
-                        env, make_agent(env), codec, config, options=options, rollout_id=f"{gid}/r{i}",
-                        group_id=gid, sink=sink, seed=seed + i, step=step,
+                        env,
+                        make_agent(env),
+                        codec,
+                        config,
+                        options=options,
+                        rollout_id=f"{gid}/r{i}",
+                        group_id=gid,
+                        sink=sink,
+                        seed=seed + i,
+                        step=step,
                     )
                     for i, env in enumerate(envs)
                 )
             )
-        )  # fmt: skip
+        )
     finally:
         for env in envs:
             env.close()

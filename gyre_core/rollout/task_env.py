@@ -132,10 +132,11 @@ class RepoTaskEnv:
 
     def components(self) -> list[Component]:
         return [
-            Component(c.name, f"build {c.name} at {c.path}: "
-                      + ", ".join(f"{k}={v}" for k, v in c.fields))
+            Component(
+                c.name, f"build {c.name} at {c.path}: " + ", ".join(f"{k}={v}" for k, v in c.fields)
+            )
             for c in self.spec.components
-        ]  # fmt: skip
+        ]
 
     def component_done(self, index: int) -> bool:
         return self.env.hidden_check(self.spec.components[index].name)

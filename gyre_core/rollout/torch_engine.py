@@ -410,8 +410,9 @@ class TorchHost:
         self.checkpoint = checkpoint
         self.engine: TorchEngine | None = None
 
-    async def start(self, state: dict[str, Any] | None, version: int,
-                    max_batch: int) -> TorchEngine:  # fmt: skip
+    async def start(
+        self, state: dict[str, Any] | None, version: int, max_batch: int
+    ) -> TorchEngine:
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(self.checkpoint, dtype=torch.float32)
@@ -480,8 +481,9 @@ def _inverse_cdf(probs: torch.Tensor, u: float) -> int:
     """The token whose cumulative-probability interval holds ``u`` (times the total); a
     token of probability 0 has an empty interval and is never chosen."""
     cdf = torch.cumsum(probs.double(), dim=-1)
-    idx = int(torch.searchsorted(cdf, torch.tensor([u * float(cdf[-1])], dtype=cdf.dtype),
-                                 right=True)[0])  # fmt: skip
+    idx = int(
+        torch.searchsorted(cdf, torch.tensor([u * float(cdf[-1])], dtype=cdf.dtype), right=True)[0]
+    )
     if idx >= cdf.numel():  # u * total rounded up to the total: the last token with mass
         idx = int(torch.nonzero(probs > 0)[-1, 0])
     return idx

@@ -156,9 +156,12 @@ class VLLMEngine:
         if any(lp is None for lp in tail):
             raise VLLMEngineError(f"score: a completion token has no logprob: {tail}")
         return Completion(
-            list(completion_ids), [float(lp) for lp in tail], [self._version] * n, "forced",
+            list(completion_ids),
+            [float(lp) for lp in tail],
+            [self._version] * n,
+            "forced",
             prompt_tokens=len(prompt_ids),
-        )  # fmt: skip
+        )
 
     def tokens_so_far(self, request_id: str) -> int:
         """Tokens streamed back so far for an in-flight request (0 if unknown)."""

@@ -158,8 +158,14 @@ def fit_calls(samples: list[CallSample]) -> DecodeFit:
         half = HALF_CAP
         peak = half / v
     prefill = 1.0 / w if w > 0 else PREFILL_CAP
-    return DecodeFit(round(peak, 3), round(half, 4), round(prefill, 3), len(samples),
-                     round(math.sqrt(sse / len(samples)), 4), round(float(y.mean()), 4))  # fmt: skip
+    return DecodeFit(
+        round(peak, 3),
+        round(half, 4),
+        round(prefill, 3),
+        len(samples),
+        round(math.sqrt(sse / len(samples)), 4),
+        round(float(y.mean()), 4),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,8 +241,9 @@ def _index(rollout_id: str) -> int:
 # --------------------------------------------------------------------------- the run
 
 
-def write_calibration(workdir: Path, cfg: RunConfig, loop: Loop, router: TimedRouter,
-                      loop_start: float) -> dict[str, Any]:  # fmt: skip
+def write_calibration(
+    workdir: Path, cfg: RunConfig, loop: Loop, router: TimedRouter, loop_start: float
+) -> dict[str, Any]:
     """Fit and write ``costs.json``, ``workload.jsonl`` and ``calibration.json``. A run that
     recorded too little to fit (no step, too few calls) writes only ``calibration.json``
     with the reason under ``error``."""
@@ -248,8 +255,9 @@ def write_calibration(workdir: Path, cfg: RunConfig, loop: Loop, router: TimedRo
         return report
 
 
-def _calibrate(workdir: Path, cfg: RunConfig, loop: Loop, router: TimedRouter,
-               loop_start: float) -> dict[str, Any]:  # fmt: skip
+def _calibrate(
+    workdir: Path, cfg: RunConfig, loop: Loop, router: TimedRouter, loop_start: float
+) -> dict[str, Any]:
     from gyre_core.runtime.loop import MAX_SEQS
     from gyre_core.scheduler.policies import Async
 
@@ -273,28 +281,41 @@ def _calibrate(workdir: Path, cfg: RunConfig, loop: Loop, router: TimedRouter,
                 fresh[f"{r.rollout_id}/{call.call_id}"] = turn.prompt_tokens
         tokens_by_step.append(total)
     trace.sort(key=lambda tr: (_index(tr.rollout_id), tr.rollout_id))  # admission order
-    steps = [StepSample(a, b, ts, u, tok) for (a, b, u), ts, tok
-             in zip(spans, loop.counters.train_s, tokens_by_step, strict=False)]  # fmt: skip
+    steps = [
+        StepSample(a, b, ts, u, tok)
+        for (a, b, u), ts, tok in zip(spans, loop.counters.train_s, tokens_by_step, strict=False)
+    ]
     train_tok_s, overhead = fit_training(steps)
 
     timed = [r for r in router.records if r.request_id in fresh]
     conc = concurrency(timed)
-    samples = [CallSample(r.t1 - r.t0, r.completion_tokens, fresh[r.request_id], n)
-               for r, n in zip(timed, conc, strict=True)]  # fmt: skip
+    samples = [
+        CallSample(r.t1 - r.t0, r.completion_tokens, fresh[r.request_id], n)
+        for r, n in zip(timed, conc, strict=True)
+    ]
     decode = fit_calls(samples)
 
     c = loop.counters
     per_step = cfg.rollout.tasks_per_step * cfg.rollout.group_size
     costs = CostModel(
-        gpus=cfg.cluster.units, gpus_per_unit=1, gpus_per_node=1,
-        decode_peak_tok_s=decode.decode_peak_tok_s, decode_half=decode.decode_half,
-        max_seqs_per_unit=MAX_SEQS, prefill_tok_s=decode.prefill_tok_s,
+        gpus=cfg.cluster.units,
+        gpus_per_unit=1,
+        gpus_per_node=1,
+        decode_peak_tok_s=decode.decode_peak_tok_s,
+        decode_half=decode.decode_half,
+        max_seqs_per_unit=MAX_SEQS,
+        prefill_tok_s=decode.prefill_tok_s,
         train_tok_s=round(train_tok_s, 3),
-        switch_s=round(_mean(c.switch_s), 4), weight_sync_s=round(_mean(c.weight_sync_s), 4),
-        drain_s=cfg.scheduler.drain_deadline_s, rollouts_per_step=per_step,
-        group_size=cfg.rollout.group_size, staleness=cfg.scheduler.staleness_bound,
-        step_overhead_s=round(overhead, 4), balance_abs=router.affinity_slack, balance_rel=1.0,
-    )  # fmt: skip
+        switch_s=round(_mean(c.switch_s), 4),
+        weight_sync_s=round(_mean(c.weight_sync_s), 4),
+        drain_s=cfg.scheduler.drain_deadline_s,
+        rollouts_per_step=per_step,
+        group_size=cfg.rollout.group_size,
+        staleness=cfg.scheduler.staleness_bound,
+        step_overhead_s=round(overhead, 4),
+        balance_abs=router.affinity_slack,
+        balance_rel=1.0,
+    )
     (workdir / COSTS).write_text(json.dumps(costs.to_json(), indent=2) + "\n")
     write_trace(workdir / WORKLOAD, trace)
     report = {
@@ -363,9 +384,13 @@ def predict(workdir: Path, *, policy: str | None = None) -> dict[str, Any]:
     costs = CostModel.load(need(COSTS))
     trace = read_trace(need(WORKLOAD))
     name = policy or str(report["policy"])
-    sim = Simulator(trace, costs, policy_for(_scheduler(report, name), costs.units),
-                    mode=str(report.get("switch_mode", "migrate")),
-                    batch_order=str(report.get("batch_order", "arrival"))).run()  # fmt: skip
+    sim = Simulator(
+        trace,
+        costs,
+        policy_for(_scheduler(report, name), costs.units),
+        mode=str(report.get("switch_mode", "migrate")),
+        batch_order=str(report.get("batch_order", "arrival")),
+    ).run()
     predicted = float(sim["makespan_s"])
     actual = float(report["actual_s"])
     return {

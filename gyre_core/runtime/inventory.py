@@ -52,17 +52,19 @@ def records_from_nodes(nodes: list[dict[str, Any]]) -> list[NodeRecord]:
         accel = next(
             (k.split(":", 1)[1] for k in resources if k.startswith("accelerator_type:")), ""
         )
-        out.append(NodeRecord(
-            node_id=node_id,
-            name=host if hosts[host] == 1 else f"{host}/{node_id[:8]}",
-            hostname=host,
-            address=f"{n.get('NodeManagerAddress', '')}:{n.get('NodeManagerPort', '')}",
-            alive=bool(n.get("Alive")),
-            head="node:__internal_head__" in resources,
-            gpus=int(resources.get("GPU", 0)),
-            gpu_units=int(resources.get(RESOURCE, 0)),
-            accelerator=accel,
-        ))  # fmt: skip
+        out.append(
+            NodeRecord(
+                node_id=node_id,
+                name=host if hosts[host] == 1 else f"{host}/{node_id[:8]}",
+                hostname=host,
+                address=f"{n.get('NodeManagerAddress', '')}:{n.get('NodeManagerPort', '')}",
+                alive=bool(n.get("Alive")),
+                head="node:__internal_head__" in resources,
+                gpus=int(resources.get("GPU", 0)),
+                gpu_units=int(resources.get(RESOURCE, 0)),
+                accelerator=accel,
+            )
+        )
     return sorted(out, key=lambda r: (not r.head, r.name))
 
 

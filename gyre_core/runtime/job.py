@@ -61,8 +61,14 @@ def run_job(
         else:
             from gyre_core.runtime.real_job import run_real
 
-            summary = run_real(cfg, sink=sink, workdir=workdir, should_stop=should_stop,
-                               resume=resume, progress=progress)  # fmt: skip
+            summary = run_real(
+                cfg,
+                sink=sink,
+                workdir=workdir,
+                should_stop=should_stop,
+                resume=resume,
+                progress=progress,
+            )
     except Cancelled:
         sink.emit(ev.RunStatus(t=0.0, status="cancelled", step=0, message="cancelled by user"))
         return {"policy": cfg.policy, "backend": cfg.backend, "status": "cancelled"}

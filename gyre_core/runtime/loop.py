@@ -80,12 +80,27 @@ OnStep = Callable[[list[Rollout], dict[str, Any], dict[str, PrefixTree]], None]
 class Loop:
     """One run's state and the actions the policy asks for (see the module docstring)."""
 
-    def __init__(self, *, policy: Policy, units: list[UnitSlot], router: Router, trainer: Any,
-                 run_config: RunConfig, sink: ev.EventSink, clock: Callable[[], float],
-                 start_session: Callable[[int], Any], total: int, per_step: int, steps: int,
-                 staleness: int, drain_s: float, on_step: OnStep,
-                 ready: list[Rollout] | None = None, pending: list[int] | None = None,
-                 batch_order: str = batching.ARRIVAL) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        policy: Policy,
+        units: list[UnitSlot],
+        router: Router,
+        trainer: Any,
+        run_config: RunConfig,
+        sink: ev.EventSink,
+        clock: Callable[[], float],
+        start_session: Callable[[int], Any],
+        total: int,
+        per_step: int,
+        steps: int,
+        staleness: int,
+        drain_s: float,
+        on_step: OnStep,
+        ready: list[Rollout] | None = None,
+        pending: list[int] | None = None,
+        batch_order: str = batching.ARRIVAL,
+    ) -> None:
         self.policy, self.units, self.router, self.trainer = policy, units, router, trainer
         self.run_config, self.sink, self.clock = run_config, sink, clock
         self.start_session, self.on_step = start_session, on_step
@@ -191,8 +206,12 @@ class Loop:
 
     def _usable(self) -> list[int]:
         """Positions in ``ready`` in the order the next steps train them (batching.py)."""
-        return batching.usable([rollout_index(r) for r in self.ready], self.per_step,
-                               self.trainer.version, self.batch_order)  # fmt: skip
+        return batching.usable(
+            [rollout_index(r) for r in self.ready],
+            self.per_step,
+            self.trainer.version,
+            self.batch_order,
+        )
 
     # ------------------------------------------------------------------ role switches
 
@@ -276,8 +295,16 @@ class Loop:
     def _role(self, slot: UnitSlot, role: str) -> None:
         if role == slot.role:
             return
-        self.sink.emit(ev.RoleChange(t=self.clock(), unit=slot.id, gpus=[slot.id],
-                                     from_role=slot.role, to_role=role, node=slot.node))  # fmt: skip
+        self.sink.emit(
+            ev.RoleChange(
+                t=self.clock(),
+                unit=slot.id,
+                gpus=[slot.id],
+                from_role=slot.role,
+                to_role=role,
+                node=slot.node,
+            )
+        )
         slot.role = role
 
     def mark_dead(self, name: str) -> None:
@@ -317,12 +344,20 @@ class Loop:
             self.step_units = {r.id for r in replicas}
             width = max(1, min(len(replicas), len(samples)))
             shards = shard_by_tokens(samples, width)
-            outs = await asyncio.gather(*(
-                r.actor.compute_grads.remote(self.state_ref, shard, max(total, 1) / width, version)
-                for r, shard in zip(replicas, shards, strict=False)
-            ), return_exceptions=True)  # fmt: skip
-            if lost := [r for r, x in zip(replicas, outs, strict=False)
-                        if isinstance(x, ray.exceptions.RayActorError)]:  # fmt: skip
+            outs = await asyncio.gather(
+                *(
+                    r.actor.compute_grads.remote(
+                        self.state_ref, shard, max(total, 1) / width, version
+                    )
+                    for r, shard in zip(replicas, shards, strict=False)
+                ),
+                return_exceptions=True,
+            )
+            if lost := [
+                r
+                for r, x in zip(replicas, outs, strict=False)
+                if isinstance(x, ray.exceptions.RayActorError)
+            ]:
                 for r in lost:  # its node is gone: it leaves the pool, the step runs again
                     self.mark_dead(r.name)
                 self.ready = batch + self.ready

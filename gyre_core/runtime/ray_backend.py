@@ -59,8 +59,14 @@ class UnitActor:
     """One unit's process. All methods are coroutines: Ray runs them on one event loop, so
     many ``generate`` calls interleave in the engine's continuous batch."""
 
-    def __init__(self, unit: int, checkpoint: str, threads: int = 1, engine: str = "torch",
-                 work_dir: str = "") -> None:  # fmt: skip
+    def __init__(
+        self,
+        unit: int,
+        checkpoint: str,
+        threads: int = 1,
+        engine: str = "torch",
+        work_dir: str = "",
+    ) -> None:
         """``engine``: what serves the rollout role, a name in
         :data:`~gyre_core.rollout.engine.ENGINES` (``model.engine``); a vllm unit keeps its
         weights and logs under ``work_dir``."""
@@ -79,8 +85,9 @@ class UnitActor:
 
     # ------------------------------------------------------------------ rollout role
 
-    async def start_engine(self, state: dict[str, torch.Tensor] | None, version: int,
-                           max_batch: int) -> float:  # fmt: skip
+    async def start_engine(
+        self, state: dict[str, torch.Tensor] | None, version: int, max_batch: int
+    ) -> float:
         t0 = time.perf_counter()
         self.engine = await self.host.start(state, version, max_batch)
         return time.perf_counter() - t0
@@ -89,8 +96,9 @@ class UnitActor:
         self.engine = None
         await self.host.stop()  # a vllm server's process is gone, its memory freed
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams,
-                       request_id: str) -> Completion:  # fmt: skip
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, request_id: str
+    ) -> Completion:
         if self.engine is None:
             raise RuntimeError(f"unit {self.unit} is not serving")
         out: Completion = await self.engine.generate(prompt_ids, params, request_id=request_id)
@@ -141,8 +149,9 @@ class UnitActor:
     async def stop_trainer(self) -> None:
         self.trainer = None
 
-    async def compute_grads(self, state: dict[str, torch.Tensor], samples: list[Any],
-                            normalise: float, version: int) -> tuple[dict[str, Any], Any]:  # fmt: skip
+    async def compute_grads(
+        self, state: dict[str, torch.Tensor], samples: list[Any], normalise: float, version: int
+    ) -> tuple[dict[str, Any], Any]:
         if self.trainer is None:
             raise RuntimeError(f"unit {self.unit} is not training")
         trainer = self.trainer
@@ -168,8 +177,9 @@ class RayEngine:
     def version(self) -> int:
         return self._version
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams, *,
-                       request_id: str) -> Completion:  # fmt: skip
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, request_id: str
+    ) -> Completion:
         try:
             out: Completion = await self.actor.generate.remote(prompt_ids, params, request_id)
         except RayActorError as exc:

@@ -61,8 +61,12 @@ def run_real(
 
     torch.manual_seed(cfg.seed)
     model_dir = make_model_dir(cfg, workdir, sink, clock)
-    started_ray = start_ray(cfg.cluster.ray_address, cfg.cluster.units,
-                            cfg.cluster.gpus_per_unit, cfg.cluster.object_store_mb)  # fmt: skip
+    started_ray = start_ray(
+        cfg.cluster.ray_address,
+        cfg.cluster.units,
+        cfg.cluster.gpus_per_unit,
+        cfg.cluster.object_store_mb,
+    )
     threaded = ThreadedSink(sink)  # sinks may block (database writes): keep them off the loop
     try:
         summary = asyncio.run(
@@ -102,8 +106,10 @@ async def _run(
         reference = workdir / REFERENCE_FILE
         if trainer.ref_model is not None and reference.exists():  # the warm-started policy
             trainer.ref_model.load_state_dict(load_file(str(reference)))
-        say(f"resumed at version {trainer.version}: {len(ready)} rollouts ready, "
-            f"{len(pending)} to run")  # fmt: skip
+        say(
+            f"resumed at version {trainer.version}: {len(ready)} rollouts ready, "
+            f"{len(pending)} to run"
+        )
     sink.emit(ev.RunStatus(t=clock(), status="running", step=trainer.version, message=cfg.policy))
 
     units_n = cfg.cluster.units
@@ -112,12 +118,21 @@ async def _run(
     router = TimedRouter({}, mode=cfg.scheduler.switch_mode, wait_s=600.0, clock=clock)
     tag = uuid.uuid4().hex[:8]  # actors are named (gyre-<tag>-unit-<u>) for operators
     slots = [
-        UnitSlot(u, UnitActor.options(  # type: ignore[attr-defined]
-            name=f"gyre-{tag}-unit-{u}", resources={"gpu_unit": cfg.cluster.gpus_per_unit}
-        ).remote(u, str(model_dir), engine=cfg.model.engine,
-                 work_dir=str((workdir / "units").resolve())), IDLE, ROLLOUT)
+        UnitSlot(
+            u,
+            UnitActor.options(  # type: ignore[attr-defined]
+                name=f"gyre-{tag}-unit-{u}", resources={"gpu_unit": cfg.cluster.gpus_per_unit}
+            ).remote(
+                u,
+                str(model_dir),
+                engine=cfg.model.engine,
+                work_dir=str((workdir / "units").resolve()),
+            ),
+            IDLE,
+            ROLLOUT,
+        )
         for u in range(units_n)
-    ]  # fmt: skip
+    ]
     nodes = await asyncio.gather(*(s.actor.node_id.remote() for s in slots))
     for s, node in zip(slots, nodes, strict=True):
         s.node = str(node)  # where Ray placed the unit: role_change events carry it
@@ -135,14 +150,18 @@ async def _run(
             save_file(weights, str(workdir / REFERENCE_FILE))
         if cfg.train.warm_start_fresh_optimizer:
             trainer.reset_optimizer()
-        say(f"warm start done: {len(losses)} steps, last loss "
+        say(
+            f"warm start done: {len(losses)} steps, last loss "
             f"{losses[-1] if losses else float('nan'):.3f}, "
-            f"{warm.warm_start_s:.0f} s" + (" (cached)" if warm.warm_start_cached else ""))  # fmt: skip
+            f"{warm.warm_start_s:.0f} s" + (" (cached)" if warm.warm_start_cached else "")
+        )
         if warm.missed_target is not None:
-            say(f"warning: the warm start did not reach train.warm_start_until_loss "
+            say(
+                f"warning: the warm start did not reach train.warm_start_until_loss "
                 f"{cfg.train.warm_start_until_loss}: its last 20 steps averaged "
                 f"{warm.missed_target:.3f}; RL may not learn from it "
-                f"(raise train.warm_start_steps)")  # fmt: skip
+                f"(raise train.warm_start_steps)"
+            )
 
     midrun = BenchmarkEvery(
         cfg.rollout.benchmark_every, cfg.steps, lambda r, v: run_benchmark(factory, r, v), say
@@ -154,12 +173,25 @@ async def _run(
         books.step_done(trainer, batch, metrics, loop, ckpt_root, trees)
         midrun.after_step(trainer.model, trainer.version)
 
-    loop = Loop(policy=policy, units=slots, router=router, trainer=trainer,
-                run_config=cfg, sink=sink, clock=clock,
-                start_session=lambda i: factory.session(i, router, loop), total=total,
-                per_step=per_step, steps=cfg.steps, staleness=cfg.scheduler.staleness_bound,
-                drain_s=cfg.scheduler.drain_deadline_s, on_step=on_step, ready=ready,
-                pending=pending, batch_order=cfg.scheduler.batch_order)  # fmt: skip
+    loop = Loop(
+        policy=policy,
+        units=slots,
+        router=router,
+        trainer=trainer,
+        run_config=cfg,
+        sink=sink,
+        clock=clock,
+        start_session=lambda i: factory.session(i, router, loop),
+        total=total,
+        per_step=per_step,
+        steps=cfg.steps,
+        staleness=cfg.scheduler.staleness_bound,
+        drain_s=cfg.scheduler.drain_deadline_s,
+        on_step=on_step,
+        ready=ready,
+        pending=pending,
+        batch_order=cfg.scheduler.batch_order,
+    )
     router.on_dead = loop.mark_dead
     router.on_migrate = factory.migrated
     await loop.bring_up(roles)  # every unit in its initial role, engines on current weights
@@ -182,10 +214,17 @@ async def _run(
         with contextlib.suppress(Exception):  # a dead unit is already gone
             ray.kill(s.actor)
     if cancelled:
-        sink.emit(ev.RunStatus(t=clock(), status="cancelled", step=trainer.version,
-                               message="cancelled by user"))  # fmt: skip
-        return {"policy": cfg.policy, "backend": "real", "status": "cancelled",
-                "steps": trainer.version}  # fmt: skip
+        sink.emit(
+            ev.RunStatus(
+                t=clock(), status="cancelled", step=trainer.version, message="cancelled by user"
+            )
+        )
+        return {
+            "policy": cfg.policy,
+            "backend": "real",
+            "status": "cancelled",
+            "steps": trainer.version,
+        }
     summary = books.summary(loop, router, before, after, clock(), factory, warm)
     summary["benchmark_by_version"] = {first: before, **midrun.scores, trainer.version: after}
     (workdir / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -51,10 +51,17 @@ def make_model_dir(
         say.emit(ev.PhaseProgress(t=clock(), phase=MODEL_BUILD, done=0, total=1, message=what))
 
         h = cfg.model.hidden_size  # kv_heads divides the heads: RunConfig.from_dict checks
-        shape = ModelShape(vocab_size=1024, layers=cfg.model.layers, hidden=h,
-                           heads=max(1, h // 32), kv_heads=cfg.model.kv_heads, head_dim=32,
-                           intermediate=2 * h, max_positions=4096,
-                           tie_embeddings=cfg.model.tie_embeddings)  # fmt: skip
+        shape = ModelShape(
+            vocab_size=1024,
+            layers=cfg.model.layers,
+            hidden=h,
+            heads=max(1, h // 32),
+            kv_heads=cfg.model.kv_heads,
+            head_dim=32,
+            intermediate=2 * h,
+            max_positions=4096,
+            tie_embeddings=cfg.model.tie_embeddings,
+        )
         init_checkpoint(out, shape, seed=cfg.seed, overwrite=True, corpus=tokenizer_corpus(cfg))
         say.emit(ev.PhaseProgress(t=clock(), phase=MODEL_BUILD, done=1, total=1, message=what))
     return out
@@ -70,8 +77,7 @@ def tokenizer_corpus(cfg: RunConfig) -> list[str] | None:
     hints = cfg.rollout.hints == "status"
     texts = default_corpus()
     for split in repo_suite.SPLITS:
-        texts += repo_suite.transcripts(split, 200, seed=99, sizes=("short", "medium"),
-                                        hints=hints)  # fmt: skip
+        texts += repo_suite.transcripts(split, 200, seed=99, sizes=("short", "medium"), hints=hints)
     return texts
 
 
@@ -86,8 +92,9 @@ class SessionFactory:
     sampling seed and reward kind) and holds what the warm start and the benchmark play
     with: the tokenizer and the harness limits."""
 
-    def __init__(self, cfg: RunConfig, model_dir: Path, sink: ev.EventSink,
-                 clock: Callable[[], float]) -> None:  # fmt: skip
+    def __init__(
+        self, cfg: RunConfig, model_dir: Path, sink: ev.EventSink, clock: Callable[[], float]
+    ) -> None:
         self.cfg, self.model_dir, self.sink, self.clock = cfg, model_dir, sink, clock
         self.hints = cfg.rollout.hints == "status"
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
@@ -119,15 +126,26 @@ class SessionFactory:
         task, group, step = self._group(idx)
         if self.first_rollout_at is None:
             self.first_rollout_at = self.clock()
-        env = make_env(self.cfg.rollout.suite, "train", task_index(self.cfg, task),
-                       self.cfg.seed * 1_000_003 + idx, suite_seed=self.cfg.seed,
-                       hints=self.hints)  # fmt: skip
+        env = make_env(
+            self.cfg.rollout.suite,
+            "train",
+            task_index(self.cfg, task),
+            self.cfg.seed * 1_000_003 + idx,
+            suite_seed=self.cfg.seed,
+            hints=self.hints,
+        )
         try:
             rollout = await run_session(
-                env, ModelAgent(router, self.tokenizer), self.tokenizer, self.harness,
-                rollout_id=f"r{idx}", group_id=group, sink=self.sink,
-                seed=self._sample_seed(idx), step=step,
-            )  # fmt: skip
+                env,
+                ModelAgent(router, self.tokenizer),
+                self.tokenizer,
+                self.harness,
+                rollout_id=f"r{idx}",
+                group_id=group,
+                sink=self.sink,
+                seed=self._sample_seed(idx),
+                step=step,
+            )
             credit = getattr(env, "credit", None)
             if self.cfg.rollout.reward == "partial" and callable(credit):
                 rollout.reward = float(credit())
@@ -140,8 +158,12 @@ class SessionFactory:
 
     def migrated(self, session_id: str, src: str, dst: str, kept: int) -> None:
         self.migrations += 1
-        self.sink.emit(ev.CallMigrated(
-            t=self.clock(), rollout_id=session_id.split("/sub-")[0],
-            from_unit=int(src.rsplit("-", 1)[1]), to_unit=int(dst.rsplit("-", 1)[1]),
-            tokens_kept=kept,
-        ))  # fmt: skip
+        self.sink.emit(
+            ev.CallMigrated(
+                t=self.clock(),
+                rollout_id=session_id.split("/sub-")[0],
+                from_unit=int(src.rsplit("-", 1)[1]),
+                to_unit=int(dst.rsplit("-", 1)[1]),
+                tokens_kept=kept,
+            )
+        )

@@ -113,7 +113,9 @@ def run_sim(
             stream.save()
         raise
     summary.update(
-        policy=cfg.policy, backend="sim", status="succeeded",
+        policy=cfg.policy,
+        backend="sim",
+        status="succeeded",
         sim_wall_s=round(time.perf_counter() - t0, 3),
-    )  # fmt: skip
+    )
     return summary

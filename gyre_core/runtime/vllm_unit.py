@@ -109,11 +109,14 @@ def server_args(max_model_len: int, max_batch: int) -> tuple[str, ...]:
       tokens after a weight reload reset the prefix cache; both servers of the run died).
     """
     return (
-        "--dtype", "float32",
-        "--max-num-seqs", str(max_batch),
+        "--dtype",
+        "float32",
+        "--max-num-seqs",
+        str(max_batch),
         "--no-enable-chunked-prefill",
-        "--max-num-batched-tokens", str(max(max_model_len, 2048)),
-    )  # fmt: skip
+        "--max-num-batched-tokens",
+        str(max(max_model_len, 2048)),
+    )
 
 
 class _UnitServer(VLLMServer):
@@ -166,8 +169,9 @@ class VLLMUnit:
         with (self.work_dir / "events.jsonl").open("a") as f:
             f.write(json.dumps({"unit": self.unit, "t": time.time(), **record}) + "\n")
 
-    async def start(self, state: dict[str, torch.Tensor] | None, version: int,
-                    max_batch: int = 16) -> VLLMEngine:  # fmt: skip
+    async def start(
+        self, state: dict[str, torch.Tensor] | None, version: int, max_batch: int = 16
+    ) -> VLLMEngine:
         """Serve ``state`` (None: the base weights) tagged ``version``, at most ``max_batch``
         sequences at once (``--max-num-seqs``: the batch cap the policy sizes rollout by)."""
         if self.server is not None:
@@ -191,9 +195,15 @@ class VLLMUnit:
             self._drop_weights()
             raise
         self.engine = VLLMEngine(server.base_url, version=version)
-        self._log(event="start", version=version, seconds=round(time.perf_counter() - t0, 3),
-                  n=self.started, port=server.port, pid=server.pid,
-                  log=str(server.log_path))  # fmt: skip
+        self._log(
+            event="start",
+            version=version,
+            seconds=round(time.perf_counter() - t0, 3),
+            n=self.started,
+            port=server.port,
+            pid=server.pid,
+            log=str(server.log_path),
+        )
         return self.engine
 
     async def publish(self, state: dict[str, torch.Tensor], version: int) -> None:

@@ -21,9 +21,16 @@ from gyre_core.config import RunConfig
 from gyre_core.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from gyre_core.train.trainer import Trainer
 
-_CODE = ("envs/repo_suite.py", "rollout/agents.py", "rollout/harness.py", "rollout/task_env.py",
-         "train/trainer.py", "runtime/session.py", "runtime/warm_start.py",
-         "trajectory/pack.py")  # fmt: skip
+_CODE = (
+    "envs/repo_suite.py",
+    "rollout/agents.py",
+    "rollout/harness.py",
+    "rollout/task_env.py",
+    "train/trainer.py",
+    "runtime/session.py",
+    "runtime/warm_start.py",
+    "trajectory/pack.py",
+)
 # Train fields the warm start never reads (supervised steps have no advantages).
 _AFTER = (
     "warm_start_cache",
@@ -48,11 +55,20 @@ def cache_key(cfg: RunConfig, model_dir: Path) -> str:
     settings = {
         "seed": cfg.seed,
         "train": {k: v for k, v in asdict(cfg.train).items() if k not in _after(cfg)},
-        "rollout": {k: getattr(r, k) for k in ("suite", "size", "hints", "max_turns",
-                                               "context_budget", "max_new_tokens",
-                                               "tasks_per_step")},
+        "rollout": {
+            k: getattr(r, k)
+            for k in (
+                "suite",
+                "size",
+                "hints",
+                "max_turns",
+                "context_budget",
+                "max_new_tokens",
+                "tasks_per_step",
+            )
+        },
         "staleness": cfg.scheduler.staleness_bound,
-    }  # fmt: skip
+    }
     h.update(json.dumps(settings, sort_keys=True).encode())
     for name in _MODEL_FILES:
         path = model_dir / name

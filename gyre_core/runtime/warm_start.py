@@ -71,8 +71,13 @@ class WarmStart:
                 self.warm_start_cached = str(folder)
                 return list(meta["losses"])
         t0 = self.clock()
-        losses = await self._supervised(trainer, first_step, stop or t.warm_start_steps,
-                                        t.warm_start_lr or t.lr, t.warm_start_until_loss)  # fmt: skip
+        losses = await self._supervised(
+            trainer,
+            first_step,
+            stop or t.warm_start_steps,
+            t.warm_start_lr or t.lr,
+            t.warm_start_until_loss,
+        )
         if anneal:
             losses += await self.anneal(trainer, first_step + len(losses))
         self.warm_start_s = round(self.clock() - t0, 2)
@@ -126,15 +131,26 @@ class WarmStart:
         for step in range(start, stop):
             demos = []
             for k in range(step * n, (step + 1) * n):
-                env = make_env(self.cfg.rollout.suite, "train",
-                               task_index(self.cfg, 10_000 + k), k, suite_seed=self.cfg.seed,
-                               hints=self.hints)  # fmt: skip
+                env = make_env(
+                    self.cfg.rollout.suite,
+                    "train",
+                    task_index(self.cfg, 10_000 + k),
+                    k,
+                    suite_seed=self.cfg.seed,
+                    hints=self.hints,
+                )
                 try:
-                    demos.append(await run_session(
-                        env, ScriptedAgent(env, self.tokenizer, seed=k,
-                                           skip_check=t.warm_start_skip_check),
-                        self.tokenizer, self.harness, rollout_id=f"demo{k}",
-                    ))  # fmt: skip
+                    demos.append(
+                        await run_session(
+                            env,
+                            ScriptedAgent(
+                                env, self.tokenizer, seed=k, skip_check=t.warm_start_skip_check
+                            ),
+                            self.tokenizer,
+                            self.harness,
+                            rollout_id=f"demo{k}",
+                        )
+                    )
                 finally:
                     env.close()
             losses.append(trainer.sft_step(trainer.prepare(demos, trainer.version))["sft_loss"])
@@ -183,14 +199,18 @@ class WarmStart:
         try:
             trainer.model.load_state_dict(state, strict=True)
         except RuntimeError as e:
-            raise ValueError(f"train.warm_start_from: {path} does not fit this run's model "
-                             f"(model.* settings): {str(e).splitlines()[0]}") from None  # fmt: skip
+            raise ValueError(
+                f"train.warm_start_from: {path} does not fit this run's model "
+                f"(model.* settings): {str(e).splitlines()[0]}"
+            ) from None
         meta_path = path.with_suffix(".json")
         meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
         want = meta.get("tokenizer_sha256")
         if want and want != tokenizer_hash(self.model_dir):  # same shapes, other token ids
-            raise ValueError(f"train.warm_start_from: {path} was trained with another tokenizer "
-                             f"than this run's (model.tokenizer, model.* settings)")  # fmt: skip
+            raise ValueError(
+                f"train.warm_start_from: {path} was trained with another tokenizer "
+                f"than this run's (model.tokenizer, model.* settings)"
+            )
         self.missed_target = meta.get("missed_target")
         self.warm_start_s = float(meta.get("seconds", 0.0))
         self.warm_start_losses = [float(x) for x in meta.get("losses", [])]

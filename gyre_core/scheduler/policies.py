@@ -118,8 +118,10 @@ class Elastic:
 
     def initial_roles(self, units: int) -> list[str]:
         if self.min_rollout < 1 or self.min_rollout + max(self.min_train, 1) > units:
-            raise ValueError(f"elastic: min_rollout={self.min_rollout}, min_train={self.min_train} "
-                             f"do not fit {units} units")  # fmt: skip
+            raise ValueError(
+                f"elastic: min_rollout={self.min_rollout}, min_train={self.min_train} "
+                f"do not fit {units} units"
+            )
         share = max(self.min_train, int(units * self.train_share))
         n_train = min(units - self.min_rollout, share) if self.start_split else self.min_train
         return [TRAIN] * n_train + [ROLLOUT] * (units - n_train)

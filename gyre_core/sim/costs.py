@@ -50,9 +50,17 @@ class CostModel:
             v = getattr(self, f.name)
             if isinstance(v, float) and not math.isfinite(v):
                 raise CostError(f"--{_opt(f.name)}: must be finite, got {v}")
-        positive = ("gpus", "gpus_per_unit", "gpus_per_node", "decode_peak_tok_s",
-                    "max_seqs_per_unit", "prefill_tok_s", "train_tok_s", "rollouts_per_step",
-                    "group_size")  # fmt: skip
+        positive = (
+            "gpus",
+            "gpus_per_unit",
+            "gpus_per_node",
+            "decode_peak_tok_s",
+            "max_seqs_per_unit",
+            "prefill_tok_s",
+            "train_tok_s",
+            "rollouts_per_step",
+            "group_size",
+        )
         for name in positive:
             if getattr(self, name) <= 0:
                 raise CostError(f"--{_opt(name)}: must be > 0, got {getattr(self, name)}")

@@ -83,8 +83,9 @@ class Simulator:
         if mode not in MODES:
             raise ValueError(f"--switch-mode must be one of {', '.join(MODES)}, got {mode!r}")
         if batch_order not in batching.ORDERS:
-            raise ValueError(f"--batch-order must be one of {', '.join(batching.ORDERS)}, "
-                             f"got {batch_order!r}")  # fmt: skip
+            raise ValueError(
+                f"--batch-order must be one of {', '.join(batching.ORDERS)}, got {batch_order!r}"
+            )
         self.costs, self.policy, self.mode = costs, policy, mode
         self.batch_order = batch_order
         self.sink = sink or ev.NullSink()
@@ -131,12 +132,24 @@ class Simulator:
     def run(self) -> dict[str, Any]:
         self.sink.emit(ev.RunStatus(t=0.0, status="running", step=0, message=self.policy.name))
         for u, role in enumerate(self.targets):  # every unit's lane starts with an event
-            self.sink.emit(ev.RoleChange(t=0.0, unit=u, gpus=list(self.cluster.units[u].gpus),
-                                         from_role="idle", to_role=role))  # fmt: skip
+            self.sink.emit(
+                ev.RoleChange(
+                    t=0.0,
+                    unit=u,
+                    gpus=list(self.cluster.units[u].gpus),
+                    from_role="idle",
+                    to_role=role,
+                )
+            )
         self.decide()
-        handlers = {READY: self.on_ready, DONE: self.on_done, DEADLINE: self.on_deadline,
-                    SWITCHED: lambda u, r: switch.on_switched(self, u, r),
-                    DRAINED: lambda u, e: switch.on_drained(self, u, e), STEP: self.on_step}  # fmt: skip
+        handlers = {
+            READY: self.on_ready,
+            DONE: self.on_done,
+            DEADLINE: self.on_deadline,
+            SWITCHED: lambda u, r: switch.on_switched(self, u, r),
+            DRAINED: lambda u, e: switch.on_drained(self, u, e),
+            STEP: self.on_step,
+        }
         while self.queue and self.version < self.steps_total:
             t, _, kind, a, b = heapq.heappop(self.queue)
             self.t = t
@@ -207,8 +220,15 @@ class Simulator:
         s = Session(i, tr, self.t, self.t + tr.timeout_s)
         self.sessions.append(s)
         self.live += 1
-        self.sink.emit(ev.RolloutStarted(t=self.t, rollout_id=tr.rollout_id, task_id=tr.task_id,
-                                         group_id=tr.group_id, step=self.version))  # fmt: skip
+        self.sink.emit(
+            ev.RolloutStarted(
+                t=self.t,
+                rollout_id=tr.rollout_id,
+                task_id=tr.task_id,
+                group_id=tr.group_id,
+                step=self.version,
+            )
+        )
         self.push(s.deadline, DEADLINE, i)
         self.push(self.t, READY, i)
 
@@ -269,8 +289,9 @@ class Simulator:
         c = self.costs
         if c.balance_abs <= 0 or e.load <= c.balance_abs:
             return False
-        least = min(o.load for o in self.engines
-                    if o.accepting and self.cluster.roles[o.unit] == ROLLOUT)  # fmt: skip
+        least = min(
+            o.load for o in self.engines if o.accepting and self.cluster.roles[o.unit] == ROLLOUT
+        )
         return e.load - least > c.balance_abs and e.load > c.balance_rel * least
 
     def schedule(self, e: Engine) -> None:
@@ -363,9 +384,18 @@ class Simulator:
         self.ready.append(s.index)
         self.ready_tokens += s.tokens
         v = sorted(s.versions) or [self.version]
-        self.sink.emit(ev.RolloutFinished(t=self.t, rollout_id=s.trace.rollout_id, status=status,
-                                          progress=s.turn / len(s.trace.turns), reward=0.0,
-                                          turns=s.turn, tokens=s.tokens, versions=(v[0], v[-1])))  # fmt: skip
+        self.sink.emit(
+            ev.RolloutFinished(
+                t=self.t,
+                rollout_id=s.trace.rollout_id,
+                status=status,
+                progress=s.turn / len(s.trace.turns),
+                reward=0.0,
+                turns=s.turn,
+                tokens=s.tokens,
+                versions=(v[0], v[-1]),
+            )
+        )
 
     def restart(self, s: Session, discarded: int) -> None:
         """``restart`` switch mode: the session's call was aborted; it starts over."""
@@ -421,8 +451,14 @@ class Simulator:
         self.version = step
         self.step_units = []
         self.makespan = self.t
-        self.sink.emit(ev.StepFinished(t=self.t, step=step, version=step,
-                                       metrics={"tokens_masked": float(self.stats.tokens_masked)}))  # fmt: skip
+        self.sink.emit(
+            ev.StepFinished(
+                t=self.t,
+                step=step,
+                version=step,
+                metrics={"tokens_masked": float(self.stats.tokens_masked)},
+            )
+        )
         if self.version < self.steps_total:
             self.publish()
         return True
@@ -450,8 +486,13 @@ class Simulator:
 
         c = self.costs
         decoded = sum(sum(s.versions.values()) for s in self.sessions) + self.stats.tokens_discarded
-        bound = lower_bound(self.trace, c, decoded=decoded, prefilled=self.stats.tokens_prefilled,
-                            step_tokens=self.stats.step_tokens)  # fmt: skip
+        bound = lower_bound(
+            self.trace,
+            c,
+            decoded=decoded,
+            prefilled=self.stats.tokens_prefilled,
+            step_tokens=self.stats.step_tokens,
+        )
         hist = dict(sorted(self.stats.staleness.items()))
         return {
             "policy": self.policy.name,

@@ -47,8 +47,11 @@ def account(sim: Simulator, u: int) -> None:
 def set_role(sim: Simulator, u: int, role: str) -> None:
     account(sim, u)
     old = sim.cluster.set_role(u, role)
-    sim.sink.emit(ev.RoleChange(t=sim.t, unit=u, gpus=list(sim.cluster.units[u].gpus),
-                                from_role=old, to_role=role))  # fmt: skip
+    sim.sink.emit(
+        ev.RoleChange(
+            t=sim.t, unit=u, gpus=list(sim.cluster.units[u].gpus), from_role=old, to_role=role
+        )
+    )
 
 
 def begin_switch(sim: Simulator, u: int, role: str) -> None:
@@ -100,8 +103,15 @@ def on_drained(sim: Simulator, u: int, epoch: int) -> bool:
             sim.stats.tokens_reprefilled += s.context
             sim.set_unit(s, -1)
             s.call = None
-            sim.sink.emit(ev.CallMigrated(t=sim.t, rollout_id=s.trace.rollout_id, from_unit=u,
-                                          to_unit=-1, tokens_kept=decoded))  # fmt: skip
+            sim.sink.emit(
+                ev.CallMigrated(
+                    t=sim.t,
+                    rollout_id=s.trace.rollout_id,
+                    from_unit=u,
+                    to_unit=-1,
+                    tokens_kept=decoded,
+                )
+            )
             sim.route(s, Call(call.rollout, call.completion - decoded, 0.0), fresh=s.context)
         else:
             sim.restart(s, discarded=sum(s.versions.values()) + decoded)

@@ -492,8 +492,12 @@ def markdown_table(rollouts: int = 2_000, seed: int = 0) -> str:
     stats = {kind: describe(generate(kind, rollouts, seed)) for kind in KINDS}
     lines = ["| | " + " | ".join(KINDS) + " |", "|---" * (len(KINDS) + 1) + "|"]
     scale = {"turns": 1.0, "duration_s": 60.0, "max_context": 1e3, "completion_tokens": 1e3}
-    label = {"turns": "turns", "duration_s": "duration (min)", "max_context": "max context (k)",
-             "completion_tokens": "completion tokens (k)"}  # fmt: skip
+    label = {
+        "turns": "turns",
+        "duration_s": "duration (min)",
+        "max_context": "max context (k)",
+        "completion_tokens": "completion tokens (k)",
+    }
     for key, div in scale.items():
         for p in ("p10", "p50", "p90", "p99", "max"):
             cells = [f"{s[key][p] / div:,.1f}" for s in stats.values()]

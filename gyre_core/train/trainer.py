@@ -118,8 +118,10 @@ class Trainer:
         if config.kl_coef > 0 and ref_model is None:
             raise ValueError("train.kl_coef > 0 needs a ref_model")
         if options.ratio_cap is not None and not options.ratio_cap > 1 + config.clip_high:
-            raise ValueError(f"TrainerOptions.ratio_cap must be > 1 + train.clip_high "
-                             f"({1 + config.clip_high}) or None, got {options.ratio_cap!r}")  # fmt: skip
+            raise ValueError(
+                f"TrainerOptions.ratio_cap must be > 1 + train.clip_high "
+                f"({1 + config.clip_high}) or None, got {options.ratio_cap!r}"
+            )
         for role, m in (("model", model), ("ref_model", ref_model)):
             backend = str(m.config._attn_implementation) if m is not None else None
             if backend is not None and backend not in BACKENDS[options.attention]:
@@ -132,8 +134,9 @@ class Trainer:
         self.staleness_bound = staleness_bound
         self.seed = seed
         self.options = options
-        self.loss_settings = LossSettings(config.clip_low, config.clip_high, options.ratio_cap,
-                                          config.kl_coef)  # fmt: skip
+        self.loss_settings = LossSettings(
+            config.clip_low, config.clip_high, options.ratio_cap, config.kl_coef
+        )
         self.ref_model = ref_model
         if ref_model is not None:
             torch.nn.Module.train(ref_model, False)
@@ -157,16 +160,25 @@ class Trainer:
         cls, model: PreTrainedModel, cfg: RunConfig, ref_model: PreTrainedModel | None = None
     ) -> Trainer:
         """The trainer of run ``cfg`` (every replica of a run is built this way)."""
-        return cls(model, cfg.train, ref_model, staleness_bound=cfg.scheduler.staleness_bound,
-                   seed=cfg.seed)  # fmt: skip
+        return cls(
+            model,
+            cfg.train,
+            ref_model,
+            staleness_bound=cfg.scheduler.staleness_bound,
+            seed=cfg.seed,
+        )
 
     def settings(self) -> dict[str, Any]:
         """Everything besides the weights that a step depends on, as JSON values: what a
         checkpoint records and a resume must match."""
         options = asdict(self.options)
         options["betas"] = list(self.options.betas)
-        return {**asdict(self.config), "staleness_bound": self.staleness_bound,
-                "seed": self.seed, **options}  # fmt: skip
+        return {
+            **asdict(self.config),
+            "staleness_bound": self.staleness_bound,
+            "seed": self.seed,
+            **options,
+        }
 
     @property
     def device(self) -> torch.device:
@@ -358,8 +370,9 @@ class Trainer:
             parent = torch.from_numpy(s.parent).to(dev)
             pos = torch.from_numpy(s.position_ids).to(dev)
             keep = torch.from_numpy(s.trainable).to(dev)
-            lp = token_logprobs(tree_forward(self.model, ids, pos, parent, self.options.attention),
-                                ids, parent)  # fmt: skip
+            lp = token_logprobs(
+                tree_forward(self.model, ids, pos, parent, self.options.attention), ids, parent
+            )
             loss = -lp[keep].sum() / n
             torch.autograd.backward(loss)
             total += float(loss.detach())

@@ -56,15 +56,27 @@ def with_prefixes(rollout: Rollout) -> Rollout:
                 last = max(tree.calls_through(node))
                 ref = Prefix(tree.calls[last].call_id, depth)
                 c = Call(
-                    c.call_id, c.prompt_ids[depth:].copy(), c.completion_ids, c.logprobs,
-                    c.versions, c.agent, c.kind, ref,
-                )  # fmt: skip
+                    c.call_id,
+                    c.prompt_ids[depth:].copy(),
+                    c.completion_ids,
+                    c.logprobs,
+                    c.versions,
+                    c.agent,
+                    c.kind,
+                    ref,
+                )
         calls.append(c)
         tree.add_call(r, c, by_id)
     return Rollout(
-        rollout.rollout_id, rollout.task_id, rollout.status, rollout.progress, calls,
-        rollout.group_id, rollout.reward, dict(rollout.extra),
-    )  # fmt: skip
+        rollout.rollout_id,
+        rollout.task_id,
+        rollout.status,
+        rollout.progress,
+        calls,
+        rollout.group_id,
+        rollout.reward,
+        dict(rollout.extra),
+    )
 
 
 def write_rollouts(

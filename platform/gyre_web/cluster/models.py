@@ -92,5 +92,9 @@ class ClusterEvent(models.Model):
     data = models.JSONField(default=dict)
 
     def as_message(self) -> dict[str, Any]:
-        return {"seq": self.seq, "kind": self.kind, "wall": self.wall.isoformat(),
-                "data": self.data}  # fmt: skip
+        return {
+            "seq": self.seq,
+            "kind": self.kind,
+            "wall": self.wall.isoformat(),
+            "data": self.data,
+        }

@@ -22,8 +22,17 @@ class GpuSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Gpu
-        fields = ["id", "node", "node_name", "node_alive", "node_last_seen_at", "index", "model",
-                  "memory_mb", "run"]  # fmt: skip
+        fields = [
+            "id",
+            "node",
+            "node_name",
+            "node_alive",
+            "node_last_seen_at",
+            "index",
+            "model",
+            "memory_mb",
+            "run",
+        ]
 
     def get_run(self, gpu: Gpu) -> int | None:
         return selectors.holder_of(gpu)

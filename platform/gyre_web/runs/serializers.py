@@ -75,11 +75,28 @@ class RunSerializer(serializers.ModelSerializer):
     class Meta:
         model = Run
         fields = [
-            "id", "experiment", "name", "config", "policy", "backend", "seed", "steps",
-            "status", "step", "error", "celery_task_id", "ray_job_id", "checkpoint_path",
-            "parent", "stop_requested", "created_at", "started_at", "finished_at",
-            "heartbeat_at", "can_edit",
-        ]  # fmt: skip
+            "id",
+            "experiment",
+            "name",
+            "config",
+            "policy",
+            "backend",
+            "seed",
+            "steps",
+            "status",
+            "step",
+            "error",
+            "celery_task_id",
+            "ray_job_id",
+            "checkpoint_path",
+            "parent",
+            "stop_requested",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "heartbeat_at",
+            "can_edit",
+        ]
         read_only_fields = [f for f in fields if f not in ("experiment", "name", "config")]
 
     def get_fields(self) -> dict[str, Any]:

@@ -75,9 +75,14 @@ def deep_merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
 
 @transaction.atomic
 def create_experiment(
-    *, team: Any, name: str, created_by: Any = None, description: str = "",
-    tags: list[str] | None = None, visibility: str = "team",
-) -> Experiment:  # fmt: skip
+    *,
+    team: Any,
+    name: str,
+    created_by: Any = None,
+    description: str = "",
+    tags: list[str] | None = None,
+    visibility: str = "team",
+) -> Experiment:
     return Experiment.objects.create(
         team=team,
         name=name,
@@ -147,9 +152,14 @@ def dispatch_launches(*, limit: int = 100) -> int:
 
 @transaction.atomic
 def create_run(
-    *, experiment: Experiment, config: dict[str, Any], created_by: Any = None, name: str = "",
-    parent: Run | None = None, launch: bool = True,
-) -> Run:  # fmt: skip
+    *,
+    experiment: Experiment,
+    config: dict[str, Any],
+    created_by: Any = None,
+    name: str = "",
+    parent: Run | None = None,
+    launch: bool = True,
+) -> Run:
     cfg = validate_config(config)
     run = Run.objects.create(
         experiment=experiment,
@@ -463,8 +473,7 @@ def _fold_rollups(run_id: int, names: list[str], new: dict[rollups.Key, rollups.
         block = new.pop((row.name, row.level, row.bucket), None)
         if block is None:
             continue
-        merged = rollups.Block(row.min, row.max, row.last, row.first_step, row.last_step,
-                               row.count)  # fmt: skip
+        merged = rollups.Block(row.min, row.max, row.last, row.first_step, row.last_step, row.count)
         merged.merge(block)
         for field, value in rollups.row_fields(merged).items():
             setattr(row, field, value)

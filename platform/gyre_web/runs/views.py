@@ -224,8 +224,13 @@ class RunViewSet(
         request={"multipart/form-data": ImportUploadSerializer},
         responses={201: ImportCountsSerializer, 400: _IMPORT_REJECTED},
     )
-    @action(detail=True, methods=["post"], url_path="import", serializer_class=None,
-            parser_classes=[MultiPartParser, FileUploadParser])  # fmt: skip
+    @action(
+        detail=True,
+        methods=["post"],
+        url_path="import",
+        serializer_class=None,
+        parser_classes=[MultiPartParser, FileUploadParser],
+    )
     def import_trajectories(self, request: Request, pk: str | None = None) -> Response:
         """Upload a ``gyre.trajectory/v1`` JSONL file (multipart field ``file``); bad input
         is answered 400 with the line and field."""
@@ -294,8 +299,13 @@ class RunViewSet(
         responses={200: MetricSeriesSerializer, 404: ERROR},
         parameters=[_query("runs", str, "comma-separated run ids", required=True), _NAMES, _POINTS],
     )
-    @action(detail=False, methods=["get"], url_path="metrics", serializer_class=None,
-            pagination_class=None)  # fmt: skip
+    @action(
+        detail=False,
+        methods=["get"],
+        url_path="metrics",
+        serializer_class=None,
+        pagination_class=None,
+    )
     def compare_metrics(self, request: Request) -> Response:
         """?runs=1,2,3&names=loss,reward&points=500 — the runs aligned by step."""
         raw = request.query_params.get("runs", "")

@@ -154,8 +154,9 @@ class ShareLinkViewSet(ApiTokenViewSet):
         link, key = services.create_share_link(
             created_by=request.user, experiment=experiment, run=run
         )
-        return Response({**ShareLinkSerializer(link, context={"request": request}).data,
-                         "key": key}, status=201)  # fmt: skip
+        return Response(
+            {**ShareLinkSerializer(link, context={"request": request}).data, "key": key}, status=201
+        )
 
     def perform_destroy(self, instance: ShareLink) -> None:  # type: ignore[override]
         require_role(self.request, instance.team_id)

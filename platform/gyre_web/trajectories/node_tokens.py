@@ -24,11 +24,21 @@ def read_node_tokens(*, tree: Tree, node: TreeNode) -> dict[str, Any]:
     """The node's tokens as parallel lists (``payload`` false, lists empty, when the tree
     has no readable payload or the payload does not hold this node)."""
     out: dict[str, Any] = {
-        "node": node.pk, "token_start": node.token_start, "token_end": node.token_end,
-        "advantage": node.advantage, "payload": False, "decoded": False, "truncated": False,
-        "text": None, "ids": [], "pieces": None, "generated": [], "logprobs": [],
-        "versions": [], "advantages": [],
-    }  # fmt: skip
+        "node": node.pk,
+        "token_start": node.token_start,
+        "token_end": node.token_end,
+        "advantage": node.advantage,
+        "payload": False,
+        "decoded": False,
+        "truncated": False,
+        "text": None,
+        "ids": [],
+        "pieces": None,
+        "generated": [],
+        "logprobs": [],
+        "versions": [],
+        "advantages": [],
+    }
     got = _tokens_of(tree, node)
     if got is None:
         return out

@@ -28,10 +28,22 @@ class RolloutSerializer(serializers.ModelSerializer):
     class Meta:
         model = Rollout
         fields = [
-            "id", "run", "rollout_id", "step", "task_id", "group_id", "status", "progress",
-            "reward", "turns", "tokens", "version_min", "version_max", "t_started",
+            "id",
+            "run",
+            "rollout_id",
+            "step",
+            "task_id",
+            "group_id",
+            "status",
+            "progress",
+            "reward",
+            "turns",
+            "tokens",
+            "version_min",
+            "version_max",
+            "t_started",
             "t_finished",
-        ]  # fmt: skip
+        ]
 
 
 class TreeSerializer(serializers.ModelSerializer):
@@ -40,9 +52,19 @@ class TreeSerializer(serializers.ModelSerializer):
     class Meta:
         model = Tree
         fields = [
-            "id", "run", "group_id", "step", "rollouts", "nodes", "depth", "tokens_unique",
-            "tokens_per_call", "dedup_ratio", "branch_counts", "payload_path",
-        ]  # fmt: skip
+            "id",
+            "run",
+            "group_id",
+            "step",
+            "rollouts",
+            "nodes",
+            "depth",
+            "tokens_unique",
+            "tokens_per_call",
+            "dedup_ratio",
+            "branch_counts",
+            "payload_path",
+        ]
 
     def to_representation(self, instance: Tree) -> dict[str, Any]:
         return for_share_link(self, super().to_representation(instance))
@@ -52,9 +74,18 @@ class TreeNodeSerializer(serializers.ModelSerializer):
     class Meta:
         model = TreeNode
         fields = [
-            "id", "parent", "kind", "depth", "path_key", "token_start", "token_end",
-            "trainable", "preview", "advantage", "leaves",
-        ]  # fmt: skip
+            "id",
+            "parent",
+            "kind",
+            "depth",
+            "path_key",
+            "token_start",
+            "token_end",
+            "trainable",
+            "preview",
+            "advantage",
+            "leaves",
+        ]
 
 
 class NodeTokensSerializer(serializers.Serializer):
@@ -105,8 +136,12 @@ class TreeViewSet(viewsets.ReadOnlyModelViewSet):
         filters=False,
         parameters=[OpenApiParameter("parent", int, description="a node id (default: roots)")],
     )
-    @action(detail=True, methods=["get"], serializer_class=TreeNodeSerializer,
-            pagination_class=NodePagination)  # fmt: skip
+    @action(
+        detail=True,
+        methods=["get"],
+        serializer_class=TreeNodeSerializer,
+        pagination_class=NodePagination,
+    )
     def nodes(self, request: Request, pk: str | None = None) -> Response:
         """Children of ``?parent=ID`` (the roots without it), in depth-first order."""
         tree = self.get_object()
@@ -123,8 +158,9 @@ class TreeViewSet(viewsets.ReadOnlyModelViewSet):
         filters=False,
         parameters=[OpenApiParameter("q", str, required=True, description="the text to find")],
     )
-    @action(detail=True, methods=["get"], serializer_class=TreeNodeSerializer,
-            pagination_class=None)  # fmt: skip
+    @action(
+        detail=True, methods=["get"], serializer_class=TreeNodeSerializer, pagination_class=None
+    )
     def search(self, request: Request, pk: str | None = None) -> Response:
         tree = self.get_object()
         text = request.query_params.get("q", "").strip()
@@ -134,15 +170,25 @@ class TreeViewSet(viewsets.ReadOnlyModelViewSet):
         return Response(TreeNodeSerializer(rows, many=True).data)
 
     @extend_schema(responses=TreeNodeSerializer(many=True), filters=False)
-    @action(detail=True, methods=["get"], url_path=r"path/(?P<node_id>\d+)",
-            serializer_class=TreeNodeSerializer, pagination_class=None)  # fmt: skip
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path=r"path/(?P<node_id>\d+)",
+        serializer_class=TreeNodeSerializer,
+        pagination_class=None,
+    )
     def path(self, request: Request, pk: str | None = None, node_id: str = "") -> Response:
         tree = self.get_object()
         node = get_object_or_404(TreeNode, tree=tree, pk=int(node_id))
         return Response(TreeNodeSerializer(selectors.path_to(node=node), many=True).data)
 
-    @action(detail=True, methods=["get"], url_path=r"nodes/(?P<node_id>\d+)/tokens",
-            serializer_class=NodeTokensSerializer, pagination_class=None)  # fmt: skip
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path=r"nodes/(?P<node_id>\d+)/tokens",
+        serializer_class=NodeTokensSerializer,
+        pagination_class=None,
+    )
     def node_tokens(self, request: Request, pk: str | None = None, node_id: str = "") -> Response:
         """One node's tokens from the tree's payload file: ids, text, and per token whether
         it was generated, its log-probability, policy version and advantage."""

@@ -94,9 +94,11 @@ class Command(BaseCommand):
         )
         exp = Experiment.objects.filter(team=team, name="CPU demo").first()
         return exp or services.create_experiment(
-            team=team, name="CPU demo", created_by=user,
+            team=team,
+            name="CPU demo",
+            created_by=user,
             description="A tiny Qwen3 learning the long-horizon repo suite on Ray units",
-        )  # fmt: skip
+        )
 
     def _start(self, host: str, port: int) -> list[subprocess.Popen[bytes]]:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "platform"), str(REPO)])}
@@ -106,14 +108,29 @@ class Command(BaseCommand):
         py = sys.executable
         cmds = {
             "web": [py, "-m", "daphne", "-b", host, "-p", str(port), "gyre_web.asgi:application"],
-            "worker": [py, "-m", "celery", "-A", "workers.celery_app", "worker", "-P", "solo",
-                       "-c", "1", "-l", "warning"],
-        }  # fmt: skip
+            "worker": [
+                py,
+                "-m",
+                "celery",
+                "-A",
+                "workers.celery_app",
+                "worker",
+                "-P",
+                "solo",
+                "-c",
+                "1",
+                "-l",
+                "warning",
+            ],
+        }
         children = []
         for name, cmd in cmds.items():
             log = open(logs / f"{name}.log", "ab")  # noqa: SIM115 (the child holds it)
-            children.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=log,
-                                             start_new_session=True))  # fmt: skip
+            children.append(
+                subprocess.Popen(
+                    cmd, cwd=REPO, env=env, stdout=log, stderr=log, start_new_session=True
+                )
+            )
             self.stdout.write(f"started {name} (pid {children[-1].pid}, log {logs / name}.log)")
         return children
 
@@ -153,8 +170,10 @@ def _describe(kind: str, data: dict[str, Any]) -> str:
         return f"status {data.get('status')} {data.get('message', '')}".rstrip()
     if kind == "step_finished":
         m = data.get("metrics", {})
-        return (f"step {data.get('step')}: reward {m.get('reward', 0):.3f}, "
-                f"loss {m.get('loss', 0):.4f}, dedup {m.get('dedup_ratio', 0):.2f}x")  # fmt: skip
+        return (
+            f"step {data.get('step')}: reward {m.get('reward', 0):.3f}, "
+            f"loss {m.get('loss', 0):.4f}, dedup {m.get('dedup_ratio', 0):.2f}x"
+        )
     if kind == "benchmark":
         k = int(data.get("samples") or 0)
         how = f"{k} sampled sessions a task" if k else "greedy"
@@ -173,8 +192,9 @@ def _describe(kind: str, data: dict[str, Any]) -> str:
 def _check_alive(children: list[subprocess.Popen[bytes]]) -> None:
     for c in children:
         if c.poll() is not None:
-            raise CommandError(f"{' '.join(c.args[2:4])} exited with code {c.returncode} "
-                               f"(see .data/logs/)")  # fmt: skip
+            raise CommandError(
+                f"{' '.join(c.args[2:4])} exited with code {c.returncode} (see .data/logs/)"
+            )
 
 
 def _stop_all(children: list[subprocess.Popen[bytes]]) -> None:
