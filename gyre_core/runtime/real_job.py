@@ -38,6 +38,7 @@ from gyre_core.runtime.threaded_sink import ThreadedSink
 from gyre_core.runtime.timed_router import TimedRouter
 from gyre_core.runtime.warm_start import WarmStart
 from gyre_core.scheduler.policies import policy_for
+from gyre_core.train.trainer import Trainer
 from gyre_core.trajectory.format import Rollout, read_rollouts
 from gyre_core.trajectory.tree import PrefixTree
 from gyre_core.trajectory.writer import write_rollouts
@@ -116,52 +117,9 @@ async def _run(
     policy = policy_for(cfg.scheduler, units_n)
     roles = policy.initial_roles(units_n)
     router = TimedRouter({}, mode=cfg.scheduler.switch_mode, wait_s=600.0, clock=clock)
-    tag = uuid.uuid4().hex[:8]  # actors are named (gyre-<tag>-unit-<u>) for operators
-    slots = [
-        UnitSlot(
-            u,
-            UnitActor.options(  # type: ignore[attr-defined]
-                name=f"gyre-{tag}-unit-{u}", resources={"gpu_unit": cfg.cluster.gpus_per_unit}
-            ).remote(
-                u,
-                str(model_dir),
-                engine=cfg.model.engine,
-                work_dir=str((workdir / "units").resolve()),
-            ),
-            IDLE,
-            ROLLOUT,
-        )
-        for u in range(units_n)
-    ]
-    nodes = await asyncio.gather(*(s.actor.node_id.remote() for s in slots))
-    for s, node in zip(slots, nodes, strict=True):
-        s.node = str(node)  # where Ray placed the unit: role_change events carry it
+    slots = await _make_units(cfg, model_dir, workdir)
     if trainer.version == 0 and (cfg.train.warm_start_steps or cfg.train.warm_start_from):
-        say(
-            f"warm start: from {cfg.train.warm_start_from}"
-            if cfg.train.warm_start_from
-            else f"warm start: {cfg.train.warm_start_steps} supervised steps on scripted demos"
-        )
-        losses = await warm.run(trainer)
-        if trainer.ref_model is not None:  # the KL anchors RL to the warm start, not the init
-            trainer.ref_model.load_state_dict(trainer.model.state_dict())
-            # kept for a resumed run, which skips the warm start
-            weights = {k: v.contiguous() for k, v in trainer.model.state_dict().items()}
-            save_file(weights, str(workdir / REFERENCE_FILE))
-        if cfg.train.warm_start_fresh_optimizer:
-            trainer.reset_optimizer()
-        say(
-            f"warm start done: {len(losses)} steps, last loss "
-            f"{losses[-1] if losses else float('nan'):.3f}, "
-            f"{warm.warm_start_s:.0f} s" + (" (cached)" if warm.warm_start_cached else "")
-        )
-        if warm.missed_target is not None:
-            say(
-                f"warning: the warm start did not reach train.warm_start_until_loss "
-                f"{cfg.train.warm_start_until_loss}: its last 20 steps averaged "
-                f"{warm.missed_target:.3f}; RL may not learn from it "
-                f"(raise train.warm_start_steps)"
-            )
+        await _warm_start(cfg, trainer, warm, workdir, say)
 
     midrun = BenchmarkEvery(
         cfg.rollout.benchmark_every, cfg.steps, lambda r, v: run_benchmark(factory, r, v), say
@@ -231,6 +189,64 @@ async def _run(
     write_calibration(workdir, cfg, loop, router, loop_start)  # costs.json, workload
     sink.emit(ev.RunStatus(t=clock(), status="succeeded", step=trainer.version, message=""))
     return summary
+
+
+async def _make_units(cfg: RunConfig, model_dir: Path, workdir: Path) -> list[UnitSlot]:
+    """The run's unit actors (idle, bound for rollout), each knowing the Ray node it is on."""
+    tag = uuid.uuid4().hex[:8]  # actors are named (gyre-<tag>-unit-<u>) for operators
+    slots = [
+        UnitSlot(
+            u,
+            UnitActor.options(  # type: ignore[attr-defined]
+                name=f"gyre-{tag}-unit-{u}", resources={"gpu_unit": cfg.cluster.gpus_per_unit}
+            ).remote(
+                u,
+                str(model_dir),
+                engine=cfg.model.engine,
+                work_dir=str((workdir / "units").resolve()),
+            ),
+            IDLE,
+            ROLLOUT,
+        )
+        for u in range(cfg.cluster.units)
+    ]
+    nodes = await asyncio.gather(*(s.actor.node_id.remote() for s in slots))
+    for s, node in zip(slots, nodes, strict=True):
+        s.node = str(node)  # where Ray placed the unit: role_change events carry it
+    return slots
+
+
+async def _warm_start(
+    cfg: RunConfig, trainer: Trainer, warm: WarmStart, workdir: Path, say: Callable[[str], None]
+) -> None:
+    """The warm start before RL (run, cached or loaded from ``train.warm_start_from``): the KL
+    reference becomes the warm-started policy (kept in the run folder for a resumed run)
+    and RL starts with fresh optimizer moments unless the config says otherwise."""
+    say(
+        f"warm start: from {cfg.train.warm_start_from}"
+        if cfg.train.warm_start_from
+        else f"warm start: {cfg.train.warm_start_steps} supervised steps on scripted demos"
+    )
+    losses = await warm.run(trainer)
+    if trainer.ref_model is not None:  # the KL anchors RL to the warm start, not the init
+        trainer.ref_model.load_state_dict(trainer.model.state_dict())
+        # kept for a resumed run, which skips the warm start
+        weights = {k: v.contiguous() for k, v in trainer.model.state_dict().items()}
+        save_file(weights, str(workdir / REFERENCE_FILE))
+    if cfg.train.warm_start_fresh_optimizer:
+        trainer.reset_optimizer()
+    say(
+        f"warm start done: {len(losses)} steps, last loss "
+        f"{losses[-1] if losses else float('nan'):.3f}, "
+        f"{warm.warm_start_s:.0f} s" + (" (cached)" if warm.warm_start_cached else "")
+    )
+    if warm.missed_target is not None:
+        say(
+            f"warning: the warm start did not reach train.warm_start_until_loss "
+            f"{cfg.train.warm_start_until_loss}: its last 20 steps averaged "
+            f"{warm.missed_target:.3f}; RL may not learn from it "
+            f"(raise train.warm_start_steps)"
+        )
 
 
 def load_ready(path: Path) -> list[Rollout]:
