@@ -4,9 +4,10 @@ db, a free port and a temporary data dir. A real run (Ray units, the torch engin
 run's tokenizer decoding tree previews into PostgreSQL) must end ``succeeded`` with its
 events, rollouts and trees stored.
 
-The default demo (configs/demo-elastic.yaml, 8 steps on 6 units) takes minutes on a
-2-core machine; this runs the same path on a smaller config of the same kind (2 steps on
-2 units). ``GYRE_DEMO_CONFIG=configs/demo-elastic.yaml`` runs the default one instead."""
+The default demo (configs/demo.yaml, 48 steps on 4 units) takes many minutes on a 2-core
+machine; this runs the same config cut to 2 steps on 2 units (the shipped warm start, found
+by its path relative to the repository, and a benchmark after every step).
+``GYRE_DEMO_CONFIG=configs/demo.yaml`` runs the default one instead."""
 
 from __future__ import annotations
 
@@ -27,23 +28,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 SPARE_REDIS_DB = 14  # no other test or helper uses it; flushed before and after
-SHORT_DEMO = {
-    "name": "demo-service-test",
-    "backend": "real",
-    "steps": 2,
-    "seed": 0,
-    "cluster": {"units": 2},
-    "scheduler": {"policy": "elastic", "drain_deadline_s": 0.0},
-    "rollout": {
-        "suite": "repo",
-        "size": "short",
-        "tasks_per_step": 1,
-        "group_size": 2,
-        "benchmark_tasks": 1,
-        "max_turns": 4,
-        "max_new_tokens": 12,
-    },
-}
+# configs/demo.yaml (the shipped warm start, the benchmark during RL) cut to 2 steps on 2 units.
+SHORT_DEMO = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text())
+SHORT_DEMO.update(name="demo-service-test", steps=2, cluster={"units": 2})
+SHORT_DEMO["rollout"].update(tasks_per_step=1, group_size=2, benchmark_tasks=1,
+                             benchmark_samples=1, benchmark_every=1, max_turns=4)  # fmt: skip
 IDS_PREVIEW = re.compile(r"^\[[0-9 …]*\]$")  # the preview of a node without a tokenizer
 
 
@@ -131,6 +120,13 @@ def test_gyre_demo_succeeds_in_service_mode(fresh_database, spare_redis, tmp_pat
             [run_id],
         ).fetchall()
         assert kinds == (steps,)
+        benchmarks = db.execute(
+            "SELECT (data->>'step')::int FROM runs_runevent WHERE run_id = %s"
+            " AND kind = 'benchmark' ORDER BY 1",
+            [run_id],
+        ).fetchall()
+        if not chosen:  # before RL, after its one version of 2 in the middle, and after
+            assert benchmarks == [(0,), (1,), (2,)]
         previews = [
             r[0]
             for r in db.execute(
