@@ -6,7 +6,6 @@ import torch
 
 from gyre_core.models.init import init_checkpoint
 from gyre_core.models.shape import ModelShape
-from gyre_core.models.shape import ModelShape
 from gyre_core.runtime.midrun_bench import BenchmarkEvery
 
 
