@@ -76,6 +76,9 @@ def build_logging(fmt: str | None = None, level: str | None = None) -> dict[str,
             "django": {"level": level, "propagate": True},
             # Every query at DEBUG would drown the rest.
             "django.db.backends": {"level": "INFO" if level == "DEBUG" else level},
+            # Embedded mode's filesystem broker has no host, and kombu warns so at every
+            # connection: nothing an operator can act on. With Redis, its warnings stay.
+            **({} if os.environ.get("REDIS_URL") else {"kombu.connection": {"level": "ERROR"}}),
         },
     }
 

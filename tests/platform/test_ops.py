@@ -252,3 +252,10 @@ def test_log_settings_from_environment_fail_fast(monkeypatch):
 def test_json_formatter_alone():
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "hi %s", ("there",), None)
     assert json.loads(JsonFormatter().format(record))["message"] == "hi there"
+
+
+def test_kombus_no_hostname_warning_is_quiet_only_in_embedded_mode(monkeypatch):
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    assert build_logging("json", "INFO")["loggers"]["kombu.connection"] == {"level": "ERROR"}
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:6379/5")
+    assert "kombu.connection" not in build_logging("json", "INFO")["loggers"]
