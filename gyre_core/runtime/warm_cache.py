@@ -25,6 +25,7 @@ _CODE = (
     "envs/repo_suite.py",
     "rollout/agents.py",
     "rollout/harness.py",
+    "rollout/harness_config.py",  # HarnessOptions: retries and error limits shape the demos
     "rollout/task_env.py",
     "train/trainer.py",
     "runtime/session.py",
