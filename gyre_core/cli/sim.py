@@ -25,7 +25,7 @@ from gyre_core.cluster import Cluster, ClusterError
 from gyre_core.events import JsonlSink
 from gyre_core.jsonl import JsonBoundsError, loads
 from gyre_core.scheduler import batching
-from gyre_core.scheduler.policies import POLICIES, Async, make_policy
+from gyre_core.scheduler.policies import POLICIES, Async, fixed_split_policies, make_policy
 from gyre_core.sim.compare import compare
 from gyre_core.sim.costs import CostError, CostModel
 from gyre_core.sim.simulator import MODES, Simulator
@@ -194,8 +194,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     units = _units(costs)
     split = None
     if args.split is not None:
-        if args.policy != "async":
-            raise ValueError(f"--split applies to --policy async only, not {args.policy}")
+        fixed = fixed_split_policies()
+        if args.policy not in fixed:
+            only = " or ".join(fixed)
+            raise ValueError(f"--split applies to --policy {only} only, not {args.policy}")
         split = parse_split(args.split, units)
     trace = read_trace(args.workload)
     policy = make_policy(args.policy, units, split)

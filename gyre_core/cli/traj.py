@@ -10,7 +10,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from gyre_core.cli.common import positive_int
-from gyre_core.config import TrainConfig
+from gyre_core.train.config import TrainConfig
 from gyre_core.trajectory.format import read_rollouts
 from gyre_core.trajectory.pack import pack_trees
 from gyre_core.trajectory.rewards import ADVANTAGE_MODES, assign_weights

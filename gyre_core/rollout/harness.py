@@ -47,9 +47,9 @@ from typing import Any
 
 import numpy as np
 
-from gyre_core.config import RolloutConfig
 from gyre_core.events import EventSink, NullSink, RolloutFinished, RolloutProgress, RolloutStarted
 from gyre_core.rollout.agents import Agent, Ask, Codec, Generated, Purpose
+from gyre_core.rollout.config import RolloutConfig
 from gyre_core.rollout.harness_config import HarnessOptions
 from gyre_core.rollout.task_env import TaskEnv, make_env
 from gyre_core.trajectory.format import Call, Prefix, Rollout

@@ -56,8 +56,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gyre_core.config import RunConfig, SchedulerConfig
+from gyre_core.config import RunConfig
 from gyre_core.runtime.timed_router import CallRecord, TimedRouter
+from gyre_core.scheduler.config import SchedulerConfig
+from gyre_core.scheduler.policies import fixed_split_policies
 from gyre_core.sim.costs import CostModel
 from gyre_core.sim.workload import TraceRollout, Turn, write_trace
 from gyre_core.trajectory.format import Rollout, read_rollouts
@@ -413,6 +415,6 @@ def _scheduler(report: dict[str, Any], policy: str) -> SchedulerConfig:
     section = {k: v for k, v in (report.get("scheduler") or {}).items() if k in known}
     if "scheduler" not in report and report.get("split"):
         section["rollout_units"] = int(str(report["split"]).split(":")[0])
-    if policy != "async":
+    if policy not in fixed_split_policies():
         section["rollout_units"] = 0  # the run's split means nothing to another policy
     return SchedulerConfig(**{**section, "policy": policy})

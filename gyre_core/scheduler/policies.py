@@ -2,7 +2,9 @@
 
 All three read the same :class:`Snapshot` and admit rollouts under the same staleness
 rule (colocate is on-policy: it admits one batch at a time). Registry: :data:`POLICIES`
-(:func:`register_policy`); the config's ``scheduler.policy`` choices are its names.
+(:func:`register_policy`); the config's ``scheduler.policy`` choices are its names. An
+entry that also builds its policy over a given split (:class:`FixedSplitFactory`, as
+``async``'s does) is one that ``scheduler.rollout_units`` and ``--split`` apply to.
 """
 
 from __future__ import annotations
@@ -10,14 +12,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from gyre_core.cluster import ROLLOUT, TRAIN, async_split
 from gyre_core.registry import Registry
 from gyre_core.scheduler.base import Decision, Policy, Snapshot, can_train, idle_rollout_units
 
-if TYPE_CHECKING:  # the config takes its policy choices and elastic defaults from here
-    from gyre_core.config import SchedulerConfig
+if TYPE_CHECKING:  # scheduler/config.py takes its policy choices and elastic defaults from here
+    from gyre_core.scheduler.config import SchedulerConfig
 
 
 class Colocate:
@@ -180,14 +182,33 @@ POLICIES: Registry[PolicyFactory] = Registry("policy")
 register_policy = POLICIES.register
 
 
+@runtime_checkable
+class FixedSplitFactory(Protocol):
+    """A registry entry whose policy keeps one split of the units for the whole run: the
+    config's ``scheduler.rollout_units`` and ``gyre sim run --split`` apply to it, and
+    ``with_split`` builds it over a given split instead of the config's."""
+
+    def __call__(self, units: int, cfg: SchedulerConfig | None, /) -> Policy: ...
+
+    def with_split(self, rollout_units: int, train_units: int) -> Policy: ...
+
+
 @register_policy("colocate")
 def _colocate(units: int, cfg: SchedulerConfig | None) -> Policy:
     return Colocate()
 
 
-@register_policy("async")
-def _async(units: int, cfg: SchedulerConfig | None) -> Policy:
-    return Async(*async_split(units, cfg.rollout_units if cfg else 0))
+class _AsyncFactory:
+    """``async`` over ``scheduler.rollout_units`` (0 = half the cluster), or a given split."""
+
+    def __call__(self, units: int, cfg: SchedulerConfig | None, /) -> Policy:
+        return Async(*async_split(units, cfg.rollout_units if cfg else 0))
+
+    def with_split(self, rollout_units: int, train_units: int) -> Policy:
+        return Async(rollout_units, train_units)
+
+
+register_policy("async")(_AsyncFactory())
 
 
 @register_policy("elastic")
@@ -201,11 +222,18 @@ def _elastic(units: int, cfg: SchedulerConfig | None) -> Policy:
     )
 
 
+def fixed_split_policies() -> list[str]:
+    """The registered policies that keep one split of the units (:class:`FixedSplitFactory`)."""
+    return [name for name, entry in POLICIES.items() if isinstance(entry, FixedSplitFactory)]
+
+
 def make_policy(name: str, units: int, split: tuple[int, int] | None = None) -> Policy:
-    """Policy ``name`` with its defaults; ``split``: async's (rollout, train) units."""
-    if split is not None and name == "async":
-        return Async(*split)
-    return POLICIES.lookup(name)(units, None)
+    """Policy ``name`` with its defaults; ``split``: the (rollout, train) units of a policy
+    that keeps one split (the others ignore it)."""
+    factory = POLICIES.lookup(name)
+    if split is not None and isinstance(factory, FixedSplitFactory):
+        return factory.with_split(*split)
+    return factory(units, None)
 
 
 def policy_for(cfg: SchedulerConfig, units: int) -> Policy:

@@ -31,7 +31,8 @@ import torch
 from safetensors.torch import save_file
 from transformers import PreTrainedModel
 
-from gyre_core.config import RunConfig, TrainConfig
+from gyre_core.config import RunConfig
+from gyre_core.train.config import TrainConfig
 from gyre_core.train.losses import (
     LOSSES,
     LossSettings,

@@ -14,6 +14,7 @@ from gyre_core.scheduler.policies import (
     Async,
     Colocate,
     Elastic,
+    fixed_split_policies,
     make_policy,
     policy_for,
     register_policy,
@@ -143,6 +144,13 @@ def test_registry_and_clusters() -> None:
     assert Cluster(1000, 8).counts()["idle"] == 125
     with pytest.raises(ClusterError, match="do not divide"):
         Cluster(12, 8)
+
+
+def test_a_split_goes_to_the_policies_that_keep_one() -> None:
+    assert fixed_split_policies() == ["async"]
+    assert make_policy("async", 8, (3, 5)) == Async(3, 5)
+    assert isinstance(make_policy("elastic", 8, (3, 5)), Elastic)  # no split of its own
+    assert isinstance(make_policy("colocate", 8, (3, 5)), Colocate)
 
 
 def test_elastic_harvests_engines_only_before_a_step() -> None:

@@ -1,0 +1,56 @@
+"""The run's ``scheduler`` section: which policy shares the units between rollout and
+training, and its knobs (choices and elastic defaults come from :mod:`.policies`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gyre_core.config_fields import config_field
+from gyre_core.scheduler.policies import POLICIES, Elastic
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    policy: str = config_field("elastic", "how units share rollout and training", choices=POLICIES)
+    rollout_units: int = config_field(
+        0, "async only: fixed rollout units (0 = half the cluster)", min=0
+    )
+    staleness_bound: int = config_field(2, "train on tokens at most this many versions old", min=0)
+    switch_mode: str = config_field(
+        "migrate",
+        "how a unit leaves rollout: keep tokens or restart",
+        choices=("migrate", "restart"),
+    )
+    drain_deadline_s: float = config_field(
+        2.0, "in-flight calls may finish this long before moving", min=0.0
+    )
+    batch_order: str = config_field(
+        "arrival",
+        "which finished rollouts a step trains: 'arrival' = the "
+        "first to finish; 'index' = the step's own tasks, as colocate "
+        "would (waits for its slowest; runs repeat closer)",
+        choices=("arrival", "index"),
+    )
+
+    # Elastic's knobs; their defaults are Elastic's own (docs/sim-results.md).
+    elastic_fill: float = config_field(
+        Elastic.fill,
+        "elastic only: share of an engine's sequence cap the sessions are sized for (more "
+        "packs them onto fewer engines and trains on the rest)",
+        min=0.05,
+        max=1.0,
+    )
+    elastic_train_share: float = config_field(
+        Elastic.train_share,
+        "elastic only: share of the units that train whenever a batch is ready (at least "
+        "one unit trains and one serves)",
+        min=0.0,
+        max=1.0,
+    )
+    elastic_return_below: float = config_field(
+        Elastic.return_below,
+        "elastic only: training units beyond that share go back to rollout while less than "
+        "this share of a batch is ready",
+        min=0.0,
+        max=1.0,
+    )
