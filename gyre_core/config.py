@@ -20,7 +20,7 @@ import json
 import math
 import re
 import tomllib
-from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -255,8 +255,31 @@ def config_schema() -> dict[str, Any]:
     return out
 
 
-def load_config(path: str | Path) -> RunConfig:
-    """Read a JSON, YAML or TOML file (by extension) and validate it over the defaults."""
+def resolve_paths(cfg: RunConfig, base: Path) -> RunConfig:
+    """``cfg`` with every relative path field (``path=True``: a checkpoint, a warm-start
+    file, the warm-start cache) joined to ``base``; empty and absolute ones stay."""
+    sections = {}
+    for sec in fields(cfg):
+        if sec.default is not MISSING:
+            continue
+        section = getattr(cfg, sec.name)
+        moved = {
+            f.name: str(base / getattr(section, f.name))
+            for f in fields(section)
+            if f.metadata.get("path")
+            and getattr(section, f.name)
+            and not Path(getattr(section, f.name)).is_absolute()
+        }
+        if moved:
+            sections[sec.name] = replace(section, **moved)
+    return replace(cfg, **sections) if sections else cfg
+
+
+def load_config(path: str | Path, base: Path | None = None) -> RunConfig:
+    """Read a JSON, YAML or TOML file (by extension) and validate it over the defaults. Its
+    relative paths are made absolute against ``base`` (default: the current directory), so
+    every process a run starts (a worker, Ray actors) reads the same files whatever its own
+    directory."""
     p = Path(path)
     text = p.read_text(encoding="utf-8")
     try:
@@ -276,7 +299,7 @@ def load_config(path: str | Path) -> RunConfig:
         raise ConfigError(
             [("<file>", f"{p}: cannot parse: nested too deep or a number too long")]
         ) from None
-    return RunConfig.from_dict(data)
+    return resolve_paths(RunConfig.from_dict(data), base or Path.cwd())
 
 
 def dump_config(cfg: RunConfig, fmt: str = "yaml") -> str:

@@ -16,5 +16,7 @@ STR_MAX = 500  # a path or a URL; the run's name has its own, shorter, bound
 
 def config_field(default: Any, help: str, **rules: Any) -> Any:
     """A documented field. ``rules``: choices, min, max (inclusive), above (exclusive min),
-    max_length (a string's); the type's bounds above apply where none is given."""
+    max_length (a string's); the type's bounds above apply where none is given. ``path=True``
+    marks a file or folder path: a relative one is made absolute where a config file is read
+    (``gyre_core.config.load_config``), against the directory the command runs in."""
     return field(default=default, metadata={"help": help, **rules})

@@ -166,3 +166,16 @@ def test_the_schema_states_every_bound() -> None:
             assert entry["max_length"] <= 500, path
     assert schema["cluster.units"]["max"] == 4096 and schema["seed"]["max"] == 2**31 - 1
     assert RunConfig.from_dict({"seed": 2**31 - 1, "name": "n" * 200}).seed == 2**31 - 1
+
+
+def test_a_files_relative_paths_are_made_absolute_where_it_is_read(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "train:\n  warm_start_from: w/seed0.safetensors\n  warm_start_cache: /abs/cache\n"
+    )
+    cfg = load_config(path, base=tmp_path / "repo")
+    assert cfg.train.warm_start_from == str(tmp_path / "repo" / "w" / "seed0.safetensors")
+    assert cfg.train.warm_start_cache == "/abs/cache" and cfg.model.checkpoint == ""
+    monkeypatch.chdir(tmp_path)
+    assert load_config(path).train.warm_start_from == str(tmp_path / "w" / "seed0.safetensors")
+    assert config_schema()["train.warm_start_from"]["path"] is True

@@ -44,7 +44,7 @@ def register(groups: Sub) -> None:
 
 def cmd_warm_start(args: argparse.Namespace) -> int:
     from gyre_core.cli.run import Progress, load
-    from gyre_core.config import RunConfig
+    from gyre_core.config import RunConfig, resolve_paths
     from gyre_core.runtime.progress import ProgressSink
     from gyre_core.runtime.warm_file import write_warm_start
 
@@ -52,7 +52,7 @@ def cmd_warm_start(args: argparse.Namespace) -> int:
     if args.set:
         data = cfg.to_dict()
         apply_overrides(data, args.set)
-        cfg = RunConfig.from_dict(data)
+        cfg = resolve_paths(RunConfig.from_dict(data), Path.cwd())
     out = Path(args.out)
     if out.suffix != ".safetensors":
         raise ValueError(f"--out {out}: give a .safetensors file (its JSON goes beside it)")

@@ -11,7 +11,9 @@ from gyre_core.rollout.engine import ENGINES
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
-    checkpoint: str = config_field("", "a local transformers checkpoint ('' = build a tiny Qwen3)")
+    checkpoint: str = config_field(
+        "", "a local transformers checkpoint ('' = build a tiny Qwen3)", path=True
+    )
     hidden_size: int = config_field(64, "tiny model width (when no checkpoint is given)", min=32)
     layers: int = config_field(2, "tiny model depth", min=1)
     kv_heads: int = config_field(

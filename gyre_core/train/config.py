@@ -78,11 +78,13 @@ class TrainConfig:
         "weights file of an earlier warm start (a .safetensors written "
         "by `gyre warm-start CONFIG --out FILE`) that RL begins from "
         "instead of running one ('' = off)",
+        path=True,
     )
     warm_start_cache: str = config_field(
         "",
         "folder keeping warm-started trainers keyed by everything "
         "they depend on, reused by later runs ('' = off)",
+        path=True,
     )
 
     @property

@@ -18,12 +18,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import yaml
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from gyre_core.config import ConfigError, load_config
 from gyre_core.events import PhaseProgress
 from gyre_web.runs import services
 from gyre_web.runs.models import Experiment, Run, RunEvent
@@ -55,11 +55,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         signal.signal(signal.SIGTERM, _on_signal)
-        config = yaml.safe_load(Path(opts["config"]).read_text(encoding="utf-8"))
-        train = config.get("train") or {}
-        if train.get("warm_start_from") and not Path(train["warm_start_from"]).is_absolute():
-            train["warm_start_from"] = str(REPO / train["warm_start_from"])  # the shipped file
-        services.validate_config(config)  # a bad demo config fails before anything starts
+        try:  # a bad demo config fails before anything starts; relative paths (the
+            # shipped warm start) are made absolute against the current directory
+            config = load_config(opts["config"]).to_dict()
+        except (ConfigError, OSError) as err:
+            raise CommandError(f"{opts['config']}: {err}") from None
         call_command("migrate", interactive=False, verbosity=0)
         experiment = self._demo_account()
         children = self._start(opts["host"], opts["port"])
