@@ -228,6 +228,9 @@ def _cross_checks(cfg: RunConfig) -> list[tuple[str, str]]:
         problem = f"must divide the tiny model's query heads (model.hidden_size // 32 = {heads})"
         errors.append(("model.kv_heads", f"{problem}, got {m.kv_heads}"))
     t = cfg.train
+    if t.warm_start_settle_loss and not t.warm_start_anneal_steps:
+        problem = "needs train.warm_start_anneal_steps > 0 (the length of a round)"
+        errors.append(("train.warm_start_settle_loss", problem))
     demos = t.warm_start_steps and not t.warm_start_from
     if demos and t.warm_start_skip_check and cfg.rollout.suite != "repo":
         problem = "needs rollout.suite repo (whose components end in a check)"

@@ -47,6 +47,7 @@ def cmd_warm_start(args: argparse.Namespace) -> int:
     from gyre_core.config import RunConfig, resolve_paths
     from gyre_core.runtime.progress import ProgressSink
     from gyre_core.runtime.warm_file import write_warm_start
+    from gyre_core.runtime.warm_start import missed_message
 
     cfg = load(args.config)
     if args.set:
@@ -68,11 +69,6 @@ def cmd_warm_start(args: argparse.Namespace) -> int:
         file=sys.stdout,
     )
     if meta["missed_target"] is not None:
-        print(
-            f"warning: the target loss train.warm_start_until_loss="
-            f"{cfg.train.warm_start_until_loss} was not reached (last 20 steps: "
-            f"{meta['missed_target']:.3f}); raise train.warm_start_steps",
-            file=sys.stderr,
-        )
+        print(missed_message(meta["missed_target"], meta["missed_field"]), file=sys.stderr)
         return 3
     return 0

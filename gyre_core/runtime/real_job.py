@@ -36,7 +36,7 @@ from gyre_core.runtime.session import SessionFactory, make_model_dir
 from gyre_core.runtime.step_books import StepBooks
 from gyre_core.runtime.threaded_sink import ThreadedSink
 from gyre_core.runtime.timed_router import TimedRouter
-from gyre_core.runtime.warm_start import WarmStart
+from gyre_core.runtime.warm_start import WarmStart, missed_message
 from gyre_core.scheduler.policies import policy_for
 from gyre_core.train.trainer import Trainer
 from gyre_core.trajectory.format import Rollout, read_rollouts
@@ -241,12 +241,7 @@ async def _warm_start(
         f"{warm.warm_start_s:.0f} s" + (" (cached)" if warm.warm_start_cached else "")
     )
     if warm.missed_target is not None:
-        say(
-            f"warning: the warm start did not reach train.warm_start_until_loss "
-            f"{cfg.train.warm_start_until_loss}: its last 20 steps averaged "
-            f"{warm.missed_target:.3f}; RL may not learn from it "
-            f"(raise train.warm_start_steps)"
-        )
+        say(missed_message(warm.missed_target, warm.missed_field))
 
 
 def load_ready(path: Path) -> list[Rollout]:

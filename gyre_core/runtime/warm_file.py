@@ -89,7 +89,7 @@ async def _warm(
 
     if not every:
         losses = await warm.run(trainer)
-        main_steps = len(losses) - t.warm_start_anneal_steps
+        main_steps = warm.anneal_from
     else:
         losses = []
         while len(losses) < cap:
@@ -100,7 +100,7 @@ async def _warm(
                 break
         main_steps = len(losses)
         if t.warm_start_anneal_steps:
-            losses += await warm.anneal(trainer, main_steps)
+            losses += await warm.settle(trainer, main_steps)
             await score(losses)
     for task in asyncio.all_tasks():  # the engine's idle loop
         if task is not asyncio.current_task():
@@ -110,6 +110,7 @@ async def _warm(
         "steps": len(losses),
         "anneal_from": main_steps,
         "missed_target": warm.missed_target,
+        "missed_field": warm.missed_field,
         "tokenizer_sha256": tokenizer_hash(sessions.model_dir),
         "losses": [round(x, 5) for x in losses],
         "benchmark_by_step": curve,

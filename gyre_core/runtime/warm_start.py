@@ -21,6 +21,7 @@ from gyre_core.runtime.session import SessionFactory, task_index
 from gyre_core.train.trainer import Trainer
 
 PHASE, ANNEAL_PHASE = "warm start", "warm start (anneal)"  # phase_progress names
+ROUND_PHASE = "warm start (round)"  # a round at the warm start's rate after the tail
 REPORT_EVERY = 25  # steps between phase_progress events (fewer steps: about ten a phase)
 
 
@@ -41,8 +42,12 @@ class WarmStart:
         self.warm_start_losses: list[float] = []
         self.warm_start_cached = ""  # the cache entry the warm start was loaded from
         # The mean loss of its last 20 steps when the supervised part ran to its cap above
-        # ``train.warm_start_until_loss`` (None: it reached the target, or has none).
+        # ``train.warm_start_until_loss``, or its last round ended above
+        # ``train.warm_start_settle_loss`` (None: it reached its targets, or has none);
+        # ``missed_field`` names the target missed.
         self.missed_target: float | None = None
+        self.missed_field = ""
+        self.anneal_from = 0  # the steps before the annealing tail first began
 
     async def run(
         self, trainer: Trainer, first_step: int = 0, *, anneal: bool = True, stop: int = 0
@@ -68,6 +73,7 @@ class WarmStart:
             if meta is not None:
                 self.warm_start_s, self.warm_start_losses = meta["seconds"], meta["losses"]
                 self.missed_target = meta.get("missed_target")
+                self.missed_field = meta.get("missed_field", "")
                 self.warm_start_cached = str(folder)
                 return list(meta["losses"])
         t0 = self.clock()
@@ -78,13 +84,45 @@ class WarmStart:
             t.warm_start_lr or t.lr,
             t.warm_start_until_loss,
         )
+        self.anneal_from = first_step + len(losses)
         if anneal:
-            losses += await self.anneal(trainer, first_step + len(losses))
+            losses += await self.settle(trainer, first_step + len(losses))
         self.warm_start_s = round(self.clock() - t0, 2)
         self.warm_start_losses = losses
         if folder is not None:
             meta = {"seconds": self.warm_start_s, "losses": losses}
-            warm_cache.store(folder, trainer, {**meta, "missed_target": self.missed_target})
+            missed = {"missed_target": self.missed_target, "missed_field": self.missed_field}
+            warm_cache.store(folder, trainer, {**meta, **missed})
+        return losses
+
+    async def settle(self, trainer: Trainer, first_step: int) -> list[float]:
+        """The annealing tail (:meth:`anneal`); then, while the mean loss of its last 20
+        steps is above ``train.warm_start_settle_loss``, up to ``train.warm_start_rounds``
+        rounds of ``train.warm_start_anneal_steps`` steps at ``train.warm_start_lr`` and
+        the tail again. A copy the low rate cannot form (a key or a name the model does
+        not copy yet: the tail's loss stays flat) forms at the high one. A warm start
+        still above the target after its last round says so (``missed_target``)."""
+        t = self.cfg.train
+        losses = await self.anneal(trainer, first_step)
+        target = t.warm_start_settle_loss
+        if not (target and losses):
+            return losses
+        for _ in range(t.warm_start_rounds):
+            if _mean20(losses) <= target:
+                break
+            step = first_step + len(losses)
+            stop = step + t.warm_start_anneal_steps
+            lr = t.warm_start_lr or t.lr
+            losses += await self._supervised(trainer, step, stop, lr, 0.0, phase=ROUND_PHASE)
+            losses += await self.anneal(trainer, first_step + len(losses))
+        n = t.warm_start_anneal_steps
+        if _mean20(losses) <= target:
+            self._report(ANNEAL_PHASE, n, n, losses, target, "target reached")
+        else:
+            self.missed_target = round(_mean20(losses), 4)
+            self.missed_field = "train.warm_start_settle_loss"
+            note = "target NOT reached: raise train.warm_start_rounds"
+            self._report(ANNEAL_PHASE, n, n, losses, target, note)
         return losses
 
     async def anneal(self, trainer: Trainer, first_step: int) -> list[float]:
@@ -124,8 +162,8 @@ class WarmStart:
             g["lr"] = lr
         losses: list[float] = []
         if phase == PHASE:
-            self.missed_target = None
-        base = start if phase == ANNEAL_PHASE else 0
+            self.missed_target, self.missed_field = None, ""
+        base = start if phase != PHASE else 0
         every = max(1, min(REPORT_EVERY, (stop - base) // 10))
         self._report(phase, start - base, stop - base, losses, until_loss)
         for step in range(start, stop):
@@ -163,6 +201,7 @@ class WarmStart:
             missed = bool(until_loss) and step + 1 == stop >= t.warm_start_steps  # at its cap
             if missed:
                 self.missed_target = round(sum(recent) / len(recent), 4)
+                self.missed_field = "train.warm_start_until_loss"
             if (step + 1 - base) % every == 0 or step + 1 == stop:
                 note = "target NOT reached: raise train.warm_start_steps" if missed else ""
                 self._report(phase, step + 1 - base, stop - base, losses, until_loss, note)
@@ -212,11 +251,29 @@ class WarmStart:
                 f"than this run's (model.tokenizer, model.* settings)"
             )
         self.missed_target = meta.get("missed_target")
+        self.missed_field = meta.get("missed_field") or "train.warm_start_until_loss"
         self.warm_start_s = float(meta.get("seconds", 0.0))
         self.warm_start_losses = [float(x) for x in meta.get("losses", [])]
         self.warm_start_cached = str(path)
         trainer.version = 0
         return list(self.warm_start_losses)
+
+
+def missed_message(target: float | None, field: str) -> str:
+    """The warning a run and ``gyre warm-start`` print when a warm start missed the target
+    ``field`` names, ending at mean loss ``target`` ('' when none was missed)."""
+    if target is None:
+        return ""
+    more = "rounds" if field == "train.warm_start_settle_loss" else "steps"
+    return (
+        f"warning: the warm start did not reach {field}: its last 20 steps averaged "
+        f"{target:.3f}; RL may not learn from it (raise train.warm_start_{more})"
+    )
+
+
+def _mean20(losses: list[float]) -> float:
+    recent = losses[-20:]
+    return sum(recent) / len(recent)
 
 
 def tokenizer_hash(model_dir: Path) -> str:

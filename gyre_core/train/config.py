@@ -67,6 +67,16 @@ class TrainConfig:
     warm_start_anneal_lr: float = config_field(
         0.0, "learning rate of those steps (0 = train.lr)", min=0.0
     )
+    warm_start_settle_loss: float = config_field(
+        0.0,
+        "after the annealing tail, while the mean loss of its last 20 "
+        "steps is above this, another round: warm_start_anneal_steps at "
+        "warm_start_lr, then the tail again (0 = no rounds)",
+        min=0.0,
+    )
+    warm_start_rounds: int = config_field(
+        3, "the most rounds warm_start_settle_loss adds", min=0, max=100
+    )
     warm_start_fresh_optimizer: bool = config_field(
         True,
         "RL starts with fresh AdamW moments after the "

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gyre_core.config import ConfigError, RunConfig
-from gyre_core.events import ListSink
+from gyre_core.events import ListSink, PhaseProgress
 from gyre_core.runtime.benchmark import benchmark, run_benchmark
 from gyre_core.runtime.session import SessionFactory, make_model_dir, tokenizer_corpus
 from gyre_core.runtime.warm_start import WarmStart
@@ -444,3 +444,34 @@ def test_a_warm_start_that_misses_its_target_says_so(model_dir) -> None:  # type
     assert reached.missed_target is None
     none, _ = run(0.0)  # no target: nothing to miss
     assert none.missed_target is None
+
+
+def test_rounds_follow_the_tail_until_it_settles_or_say_they_did_not(model_dir) -> None:  # type: ignore[no-untyped-def]
+    from gyre_core.runtime.warm_start import missed_message
+
+    def run(settle: float, rounds: int = 2) -> tuple[WarmStart, list[float], ListSink]:
+        d = {**LEARN, "model": {"checkpoint": str(model_dir)},
+             "train": {**LEARN["train"], "warm_start_steps": 2, "warm_start_anneal_steps": 2,
+                       "warm_start_anneal_lr": 1e-3, "warm_start_settle_loss": settle,
+                       "warm_start_rounds": rounds, "warm_start_cache": ""}}  # fmt: skip
+        sink = ListSink()
+        factory = SessionFactory(RunConfig.from_dict(d), model_dir, sink, lambda: 0.0)
+        warm = WarmStart(factory)
+        losses = asyncio.run(warm.run(factory.make_trainer()))
+        return warm, losses, sink
+
+    # No loss settles under 1e-6: 2 steps, the tail (2), then 2 rounds of 2 + 2 each.
+    missed, losses, sink = run(1e-6)
+    assert len(losses) == 2 + 2 + 2 * (2 + 2) and missed.anneal_from == 2
+    phases = [e.phase for e in sink.of(PhaseProgress) if e.done == e.total]
+    assert phases.count("warm start (round)") == 2 and phases.count("warm start (anneal)") >= 3
+    assert missed.missed_target is not None and missed.missed_field.endswith("settle_loss")
+    last = sink.of(PhaseProgress)[-1]
+    assert "NOT reached" in last.message and "(target 1e-06)" in last.message
+    assert "raise train.warm_start_rounds" in missed_message(
+        missed.missed_target, missed.missed_field
+    )
+    settled, losses, _ = run(1e6)  # settled after the first tail: no round
+    assert len(losses) == 4 and settled.missed_target is None
+    with pytest.raises(ConfigError, match=r"train\.warm_start_settle_loss: needs"):
+        RunConfig.from_dict({"train": {"warm_start_settle_loss": 0.1}})
