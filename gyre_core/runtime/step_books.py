@@ -167,6 +167,7 @@ class StepBooks:
             "warm_start_steps": len(warm.warm_start_losses),
             "warm_start_cached": warm.warm_start_cached or None,
             "warm_start_missed_target": warm.missed_target,
+            "warm_start_missed_field": warm.missed_field or None,
             "rl_wall_s": self._rl_wall_s(first),
             "switch_mode": self.cfg.scheduler.switch_mode,
         }

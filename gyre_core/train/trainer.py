@@ -144,17 +144,22 @@ class Trainer:
             ref_model.requires_grad_(False)
         self.version = version
         self.loss_fn = get_loss(options.loss)
-        self.params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.rebuild_optimizer()
+        torch.manual_seed(seed)
+
+    def rebuild_optimizer(self) -> None:
+        """A fresh AdamW over the model's trainable parameters, with the trainer's
+        settings: at construction, and after the parameters were replaced (sharded)."""
+        self.params = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("the model has no trainable parameters")
         self.optimizer = torch.optim.AdamW(
             [p for _, p in self.params],
-            lr=config.lr,
-            betas=options.betas,
-            eps=options.eps,
-            weight_decay=options.weight_decay,
+            lr=self.config.lr,
+            betas=self.options.betas,
+            eps=self.options.eps,
+            weight_decay=self.options.weight_decay,
         )
-        torch.manual_seed(seed)
 
     @classmethod
     def for_run(
