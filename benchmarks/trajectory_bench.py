@@ -123,10 +123,10 @@ def call_sequences(tree: PrefixTree, adv: list[float]) -> list[tuple[np.ndarray,
 def linear_pass(model: torch.nn.Module, seqs: list[tuple[np.ndarray, np.ndarray]]) -> float:
     t0 = time.perf_counter()
     for ids, w in seqs:
-        x = torch.from_numpy(ids)
+        x = torch.from_numpy(ids).to(model.device)
         logits = model(input_ids=x[None], use_cache=False).logits[0, :-1].float()
         lp = logits.gather(1, x[1:, None])[:, 0] - logits.logsumexp(-1)
-        loss = -(torch.from_numpy(w[1:]).float() * lp).sum()
+        loss = -(torch.from_numpy(w[1:]).float().to(lp.device) * lp).sum()
         loss.backward()
     return time.perf_counter() - t0
 
