@@ -18,11 +18,16 @@ units taking part), up to the order of floating-point sums.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import astuple
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
@@ -31,6 +36,7 @@ from gyre_core.train.losses import LossStats, count_fresh, fresh_mask
 from gyre_core.train.trainer import Trainer, demo_sample, shard_by_tokens
 from gyre_core.trajectory.format import Rollout
 
+TRAINER_FILE = "trainer.json"  # a sharded checkpoint's version and trainer settings
 PRECISIONS = ("fp32", "bf16")  # bf16: bf16 parameters and compute, fp32 reduction and state
 
 
@@ -150,3 +156,35 @@ class ShardedTrainer:
             full = value.full_tensor() if isinstance(value, DTensor) else value
             out[name] = full.detach().to("cpu", torch.float32).clone()
         return out
+
+    def save(self, directory: Path) -> None:
+        """A sharded checkpoint (``torch.distributed.checkpoint``): every process writes
+        its shards of the weights and the AdamW state (a collective), the first also
+        ``trainer.json`` (version, settings). It loads at any width (:meth:`load`)."""
+        model_sd, optim_sd = get_state_dict(self.trainer.model, self.trainer.optimizer)
+        dcp_save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(directory))
+        if self.rank == 0:
+            meta = {"version": self.trainer.version, "settings": self.trainer.settings()}
+            (Path(directory) / TRAINER_FILE).write_text(json.dumps(meta, indent=1) + "\n")
+        dist.barrier()
+
+    def load(self, directory: Path) -> None:
+        """Continue from a checkpoint :meth:`save` wrote, at this trainer's width (the same
+        as the writer's or another: each process reads the parts of the shards it holds
+        now). A checkpoint of other trainer settings is refused by name."""
+        meta = json.loads((Path(directory) / TRAINER_FILE).read_text())
+        mine = json.loads(json.dumps(self.trainer.settings()))
+        theirs = meta["settings"]
+        diff = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+        if diff:
+            other = ", ".join(diff)
+            raise ValueError(f"{directory}: a checkpoint of other trainer settings ({other})")
+        model_sd, optim_sd = get_state_dict(self.trainer.model, self.trainer.optimizer)
+        dcp_load({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(directory))
+        set_state_dict(
+            self.trainer.model,
+            self.trainer.optimizer,
+            model_state_dict=model_sd,
+            optim_state_dict=optim_sd,
+        )
+        self.trainer.version = int(meta["version"])

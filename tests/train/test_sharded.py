@@ -1,7 +1,8 @@
 """Hybrid sharding for real: processes joined by gloo, one training unit a shard group of
 FSDP2 processes, units replicating each other. Two steps on a fixed batch give the same
 parameters with 1 unit x 1 process, 1 unit x 2 processes and 2 units x 2 processes as the
-plain single-process trainer, within 1e-5 relative."""
+plain single-process trainer, within 1e-5 relative; so does a step, a sharded checkpoint
+written by 2 x 2 processes, and a step after it resumed on 1 x 2."""
 
 from __future__ import annotations
 
@@ -30,14 +31,21 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _process(rank: int, world: int, units: int, port: int, out: str) -> None:
+def _process(rank: int, world: int, units: int, port: int, out: str, ckpt: str, mode: str) -> None:
+    """``mode``: ``steps`` (STEPS steps), ``save`` (one step, then a checkpoint in
+    ``ckpt``) or ``resume`` (load ``ckpt``, then one step)."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         trainer = ShardedTrainer(make_trainer(tiny_model()), unit_mesh(units, world // units))
         shapes = {n: tuple(p.to_local().shape) for n, p in trainer.trainer.params}
-        metrics = [trainer.step(_batch()) for _ in range(STEPS)]
+        if mode == "resume":
+            trainer.load(Path(ckpt))
+        steps = STEPS if mode == "steps" else 1
+        metrics = [trainer.step(_batch()) for _ in range(steps)]
+        if mode == "save":
+            trainer.save(Path(ckpt))
         full = trainer.full_state_dict()
         if rank == 0:
             torch.save({"params": full, "metrics": metrics, "shapes": shapes}, out)
@@ -45,10 +53,11 @@ def _process(rank: int, world: int, units: int, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
-def _sharded(tmp_path: Path, units: int, per_unit: int) -> dict:  # type: ignore[type-arg]
-    out = tmp_path / f"{units}x{per_unit}.pt"
+def _sharded(tmp_path: Path, units: int, per_unit: int, mode: str = "steps") -> dict:  # type: ignore[type-arg]
+    out = tmp_path / f"{units}x{per_unit}-{mode}.pt"
     world = units * per_unit
-    mp.spawn(_process, args=(world, units, _free_port(), str(out)), nprocs=world, join=True)
+    args = (world, units, _free_port(), str(out), str(tmp_path / "ckpt"), mode)
+    mp.spawn(_process, args=args, nprocs=world, join=True)
     return torch.load(out)  # type: ignore[no-any-return]
 
 
@@ -80,3 +89,13 @@ def test_the_model_shards_layer_by_layer_and_precisions_are_named() -> None:
     assert mixed_precision("bf16").reduce_dtype == torch.float32
     with pytest.raises(ValueError, match="precision must be one of fp32, bf16"):
         mixed_precision("fp16")
+
+
+def test_a_sharded_checkpoint_resumes_at_another_width(tmp_path) -> None:
+    plain = make_trainer(tiny_model())
+    for _ in range(STEPS):
+        plain.step(_batch())
+    _sharded(tmp_path, 2, 2, "save")  # 4 processes write their shards after step 1
+    got = _sharded(tmp_path, 1, 2, "resume")  # 2 processes read them and take step 2
+    worst = max(_relative(got["params"][n], p.detach()) for n, p in plain.model.named_parameters())
+    assert worst < 1e-5 and got["metrics"][0]["version"] == STEPS
