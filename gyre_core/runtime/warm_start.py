@@ -192,15 +192,14 @@ class WarmStart:
                 finally:
                     env.close()
             losses.append(trainer.sft_step(trainer.prepare(demos, trainer.version))["sft_loss"])
-            recent = losses[-20:]
-            if until_loss and len(recent) == 20 and sum(recent) / 20 <= until_loss:
+            if until_loss and len(losses) >= 20 and _mean20(losses) <= until_loss:
                 self._report(
                     phase, step + 1 - base, stop - base, losses, until_loss, "target reached"
                 )
                 break
             missed = bool(until_loss) and step + 1 == stop >= t.warm_start_steps  # at its cap
             if missed:
-                self.missed_target = round(sum(recent) / len(recent), 4)
+                self.missed_target = round(_mean20(losses), 4)
                 self.missed_field = "train.warm_start_until_loss"
             if (step + 1 - base) % every == 0 or step + 1 == stop:
                 note = "target NOT reached: raise train.warm_start_steps" if missed else ""
@@ -215,10 +214,9 @@ class WarmStart:
     ) -> None:
         """A ``phase_progress`` event: step ``done`` of ``total``, the mean loss of the
         last 20 steps and the target loss (when there is one)."""
-        recent = losses[-20:]
-        parts = [f"loss {sum(recent) / len(recent):.3f}"] if recent else []
+        parts = [f"loss {_mean20(losses):.3f}"] if losses else []
         if target:
-            parts.append(f"(target {target:g})" if recent else f"target {target:g}")
+            parts.append(f"(target {target:g})" if losses else f"target {target:g}")
         if note:
             parts.append(note)
         self.sink.emit(
@@ -251,7 +249,9 @@ class WarmStart:
                 f"than this run's (model.tokenizer, model.* settings)"
             )
         self.missed_target = meta.get("missed_target")
-        self.missed_field = meta.get("missed_field") or "train.warm_start_until_loss"
+        self.missed_field = meta.get("missed_field") or (
+            "train.warm_start_until_loss" if self.missed_target is not None else ""
+        )
         self.warm_start_s = float(meta.get("seconds", 0.0))
         self.warm_start_losses = [float(x) for x in meta.get("losses", [])]
         self.warm_start_cached = str(path)

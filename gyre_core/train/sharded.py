@@ -32,7 +32,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from gyre_core.train.losses import LossStats, count_fresh, fresh_mask
+from gyre_core.train.losses import LossStats, count_fresh
 from gyre_core.train.trainer import Trainer, demo_sample, shard_by_tokens
 from gyre_core.trajectory.format import Rollout
 
@@ -98,11 +98,7 @@ class ShardedTrainer:
         samples = t.prepare(rollouts, cv)
         total = count_fresh(samples, cv, t.staleness_bound)
         if total == 0:
-            stats = LossStats(samples=float(len(samples)))
-            stats.stale_dropped = float(
-                sum(fresh_mask(s, cv, t.staleness_bound)[1] for s in samples)
-            )
-            return {**stats.summary(t.config.kl_coef), "skipped": 1.0}
+            return t.skipped(samples, cv)
         shards = shard_by_tokens(samples, self.world)
         mine = shards[self.rank]
         # Every forward and backward gathers the shards of the parameters (a collective),
@@ -123,16 +119,7 @@ class ShardedTrainer:
                 stats.add(st)
             torch.autograd.backward(loss if loss is not None else self._probe_loss())
         stats = self._all_sum(stats)
-        limit = t.config.max_grad_norm
-        params = [p for _, p in t.params]
-        norm = torch.nn.utils.clip_grad_norm_(params, limit or float("inf"))
-        if isinstance(norm, DTensor):
-            norm = norm.full_tensor()
-        t.optimizer.step()
-        t.optimizer.zero_grad(set_to_none=True)
-        t.version += 1
-        metrics = {"grad_norm": float(norm), "lr": t.config.lr, "version": float(t.version)}
-        return {**stats.summary(t.config.kl_coef), **metrics, "skipped": 0.0}
+        return {**stats.summary(t.config.kl_coef), **t._optimizer_step(), "skipped": 0.0}
 
     def _probe_loss(self) -> torch.Tensor:
         """A two-token forward weighted 0: a process's part in a microbatch it has no

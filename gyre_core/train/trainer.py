@@ -29,6 +29,7 @@ from typing import Any, get_args
 import numpy as np
 import torch
 from safetensors.torch import save_file
+from torch.distributed.tensor import DTensor
 from transformers import PreTrainedModel
 
 from gyre_core.config import RunConfig
@@ -322,6 +323,8 @@ class Trainer:
         params = [p for _, p in self.params]
         limit = self.config.max_grad_norm  # 0: no clipping
         norm = torch.nn.utils.clip_grad_norm_(params, limit or float("inf"))
+        if isinstance(norm, DTensor):  # sharded parameters (train/sharded.py)
+            norm = norm.full_tensor()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.version += 1
@@ -340,18 +343,23 @@ class Trainer:
         cv = self.version if current_version is None else current_version
         samples = self.prepare(rollouts, cv)
         total = count_fresh(samples, cv, self.staleness_bound)
-        stats = LossStats()
         if total == 0:
-            for s in samples:
-                stats.stale_dropped += fresh_mask(s, cv, self.staleness_bound)[1]
-            stats.samples = float(len(samples))
-            return {**stats.summary(self.config.kl_coef), "skipped": 1.0}
+            return self.skipped(samples, cv)
+        stats = LossStats()
         grads = []
         for shard in shard_by_tokens(samples, dp_width):
             g, st = self.compute_grads(shard, total / dp_width, current_version=cv)
             grads.append(g)
             stats.add(st)
         return {**stats.summary(self.config.kl_coef), **self.apply(grads), "skipped": 0.0}
+
+    def skipped(self, samples: Sequence[PackedSample], current_version: int) -> dict[str, float]:
+        """The metrics of a step whose batch has no token fresh enough to train: the
+        weights and the version stay as they were."""
+        stats = LossStats(samples=float(len(samples)))
+        for s in samples:
+            stats.stale_dropped += fresh_mask(s, current_version, self.staleness_bound)[1]
+        return {**stats.summary(self.config.kl_coef), "skipped": 1.0}
 
     # ------------------------------------------------------------------ warm start
 
