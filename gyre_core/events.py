@@ -80,6 +80,9 @@ class RoleChange(Event):
     from_role: str
     to_role: str
     node: str = ""  # the Ray node id hosting the unit (real runtime; "" when simulated)
+    # seconds of the switch's parts (real runtime): drain_s, engine_stop_s, engine_start_s,
+    # and for the training group reform_s, transfer_s (from a peer), restore_s, offload_s
+    parts: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

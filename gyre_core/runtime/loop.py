@@ -8,10 +8,15 @@ per engine, sessions, ready rollouts, version), asks the policy, and acts:
 * **targets**: switch units through the protocol of DESIGN.md — rollout → train: the router
   stops sending the unit calls and drains it (calls still running at the deadline move to
   other engines with their tokens), the engine is freed, the trainer replica loads;
-  train → rollout: the replica is freed, an engine starts with the newest weights;
-* **start_step**: one training step on the units in the train role — the batch's samples
-  are sharded by tokens, each replica computes its shard's gradients, the driver averages
-  them and steps the optimizer, and the new version is published to every engine.
+  the unit joins the training group (its processes receive the state from a peer unit);
+  train → rollout: the unit leaves the group (the last one out offloads the state), an
+  engine starts with the newest weights;
+* **start_step**: one training step of the training group (the units in the train role,
+  :mod:`~gyre_core.runtime.train_group`) — the driver packs the batch and splits its
+  samples by tokens over the group's processes, which hold the sharded weights and
+  optimizer state and reduce their gradients among themselves; the new weights, gathered
+  by the group into Ray's object store, are published to every engine. The driver holds
+  no model.
 
 Sessions never live on a unit, so a switch restarts none of them (``restart`` switch mode
 exists as the baseline that does).
@@ -22,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +39,7 @@ from gyre_core.config import RunConfig
 from gyre_core.rollout.router import Router
 from gyre_core.runtime.inventory import read_inventory
 from gyre_core.runtime.ray_backend import RayEngine
+from gyre_core.runtime.train_group import TrainGroup, UnitsLost
 from gyre_core.scheduler import batching
 from gyre_core.scheduler.base import Policy, Snapshot
 from gyre_core.trajectory.format import Rollout
@@ -54,6 +60,12 @@ class UnitSlot:
     busy: bool = False  # a switch is in progress
     dead: bool = False
     node: str = ""  # the Ray node id the unit's actor runs on
+    procs: list[Any] = field(default_factory=list)  # its processes' actors (actor first)
+    placement: Any = None  # the Ray placement group holding its processes together
+
+    def __post_init__(self) -> None:
+        if not self.procs:
+            self.procs = [self.actor]
 
     @property
     def name(self) -> str:
@@ -74,7 +86,7 @@ class Counters:
 
 
 # Called after each step with its batch, its metrics and the trees it trained on (weighed).
-OnStep = Callable[[list[Rollout], dict[str, Any], dict[str, PrefixTree]], None]
+OnStep = Callable[[list[Rollout], dict[str, Any], dict[str, PrefixTree]], Awaitable[None]]
 
 
 class Loop:
@@ -86,7 +98,7 @@ class Loop:
         policy: Policy,
         units: list[UnitSlot],
         router: Router,
-        trainer: Any,
+        trainer: TrainGroup,
         run_config: RunConfig,
         sink: ev.EventSink,
         clock: Callable[[], float],
@@ -100,6 +112,7 @@ class Loop:
         ready: list[Rollout] | None = None,
         pending: list[int] | None = None,
         batch_order: str = batching.ARRIVAL,
+        state_ref: Any = None,
     ) -> None:
         self.policy, self.units, self.router, self.trainer = policy, units, router, trainer
         self.run_config, self.sink, self.clock = run_config, sink, clock
@@ -112,8 +125,8 @@ class Loop:
         self.training = False
         self.step_units: set[int] = set()  # units computing the running step's gradients
         self.counters = Counters()
-        self.state_ref: Any = ray.put(_cpu_state(trainer))
-        self._ref_state: Any = None  # the KL reference's weights, put once (see _reference)
+        self.state_ref: Any = state_ref  # the newest weights in Ray's object store (None:
+        # the checkpoint's), made by the training group, never fetched into this process
         self.errors: list[BaseException] = []
         self.background: set[asyncio.Task[Any]] = set()
 
@@ -254,17 +267,24 @@ class Loop:
         slot.busy, slot.target, before = True, to, slot.role
         t0 = time.perf_counter()
         self._role(slot, SWITCHING)
+        parts: dict[str, float] = {}
         try:
             if before == ROLLOUT:
+                t = time.perf_counter()
                 await self.router.drain(slot.name, self.drain_s)
                 self.router.remove(slot.name)
+                parts["drain_s"] = time.perf_counter() - t
+                t = time.perf_counter()
                 await slot.actor.stop_engine.remote()
+                parts["engine_stop_s"] = time.perf_counter() - t
             elif before == TRAIN:
-                await slot.actor.stop_trainer.remote()
+                parts.update(await self.trainer.leave(slot))
             if to == TRAIN:
-                await slot.actor.start_trainer.remote(self.run_config, self._reference())
+                parts.update(await self.trainer.join(slot))
             elif to == ROLLOUT:
+                t = time.perf_counter()
                 await self.start_engine(slot)
+                parts["engine_start_s"] = time.perf_counter() - t
         except ray.exceptions.RayActorError:
             self._lose(slot)
             return
@@ -272,7 +292,7 @@ class Loop:
             slot.busy = False
         self.counters.switch_s.append(time.perf_counter() - t0)
         self.counters.role_switches += 1
-        self._role(slot, to)
+        self._role(slot, to, {k: round(v, 4) for k, v in parts.items()})
 
     async def start_engine(self, slot: UnitSlot) -> None:
         version = self.trainer.version
@@ -282,17 +302,7 @@ class Loop:
             await engine.publish(self.state_ref, self.trainer.version)
         self.router.add(slot.name, engine, domain=slot.node)
 
-    def _reference(self) -> Any:
-        """The KL reference's weights for a unit that starts training (None without a
-        KL): put in the object store once, since the reference never changes."""
-        ref = self.trainer.ref_model
-        if ref is None:
-            return None
-        if self._ref_state is None:
-            self._ref_state = ray.put({k: v.detach().cpu() for k, v in ref.state_dict().items()})
-        return self._ref_state
-
-    def _role(self, slot: UnitSlot, role: str) -> None:
+    def _role(self, slot: UnitSlot, role: str, parts: dict[str, float] | None = None) -> None:
         if role == slot.role:
             return
         self.sink.emit(
@@ -303,6 +313,7 @@ class Loop:
                 from_role=slot.role,
                 to_role=role,
                 node=slot.node,
+                parts=parts or {},
             )
         )
         slot.role = role
@@ -336,59 +347,28 @@ class Loop:
             t0 = time.perf_counter()
             trees = self.trainer.weigh(batch, version)  # built once: on_step reuses them
             samples = self.trainer.prepare(batch, version, trees)
-            from gyre_core.train.losses import count_fresh
-            from gyre_core.train.trainer import shard_by_tokens
-
-            total = count_fresh(samples, version, self.trainer.staleness_bound)
             replicas = [s for s in self.units if s.role == TRAIN and not s.dead]
             self.step_units = {r.id for r in replicas}
-            width = max(1, min(len(replicas), len(samples)))
-            shards = shard_by_tokens(samples, width)
-            outs = await asyncio.gather(
-                *(
-                    r.actor.compute_grads.remote(
-                        self.state_ref, shard, max(total, 1) / width, version
-                    )
-                    for r, shard in zip(replicas, shards, strict=False)
-                ),
-                return_exceptions=True,
-            )
-            if lost := [
-                r
-                for r, x in zip(replicas, outs, strict=False)
-                if isinstance(x, ray.exceptions.RayActorError)
-            ]:
-                for r in lost:  # its node is gone: it leaves the pool, the step runs again
-                    self.mark_dead(r.name)
+            try:
+                metrics = await self.trainer.step(samples, version)
+            except UnitsLost as lost:
+                for name in lost.names:  # its node is gone: it leaves the pool, the step
+                    self.mark_dead(name)  # runs again on the units left
                 self.ready = batch + self.ready
                 return
-            results: list[Any] = []
-            for x in outs:
-                if isinstance(x, BaseException):
-                    raise x
-                results.append(x)
-            metrics: dict[str, float] = {}
-            from gyre_core.train.losses import LossStats
-
-            stats = LossStats()
-            for _, st in results:
-                stats.add(st)
-            metrics.update(stats.summary(self.trainer.config.kl_coef))
-            if total:
-                metrics.update(self.trainer.apply([g for g, _ in results]))
-            else:  # nothing fresh enough: the version still advances so the run moves on
-                self.trainer.version += 1
+            width = len(self.trainer.members)
             train_s = time.perf_counter() - t0
             self.counters.train_s.append(train_s)
             self.counters.tokens_trained += int(sum(len(s) for s in samples))
             t1 = time.perf_counter()
-            self.state_ref = ray.put(_cpu_state(self.trainer))
+            if not metrics.get("skipped"):
+                self.state_ref = await self.trainer.weights()
             await self._publish()
             self.counters.weight_sync_s.append(time.perf_counter() - t1)
             metrics.update(
                 train_s=train_s, dp_width=float(width), weight_sync_s=time.perf_counter() - t1
             )
-            self.on_step(batch, metrics, trees)
+            await self.on_step(batch, metrics, trees)
             self.counters.step_spans.append((started, self.clock(), len(replicas)))
         finally:
             self.training = False
@@ -430,10 +410,6 @@ def _mean(xs: list[float], default: float) -> float:
 def _rate(c: Counters) -> float:
     secs = sum(c.train_s)
     return c.tokens_trained / secs if secs > 0 else 2000.0
-
-
-def _cpu_state(trainer: Any) -> dict[str, Any]:
-    return {k: v.detach().cpu().clone() for k, v in trainer.model.state_dict().items()}
 
 
 def node_alive(node_id: str) -> bool:

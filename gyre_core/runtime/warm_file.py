@@ -29,6 +29,7 @@ from gyre_core.rollout.torch_engine import TorchEngine
 from gyre_core.runtime.benchmark import benchmark
 from gyre_core.runtime.session import SessionFactory, make_model_dir
 from gyre_core.runtime.warm_start import WarmStart, tokenizer_hash
+from gyre_core.runtime.warm_target import LocalTrainer
 
 
 def write_warm_start(
@@ -72,6 +73,7 @@ async def _warm(
     cfg: RunConfig, sessions: SessionFactory, out: Path, every: int, say: Callable[[str], None]
 ) -> dict[str, Any]:
     trainer = sessions.make_trainer()
+    target = LocalTrainer(trainer)
     warm = WarmStart(sessions)
     t = cfg.train
     cap = t.warm_start_steps
@@ -88,19 +90,19 @@ async def _warm(
         )
 
     if not every:
-        losses = await warm.run(trainer)
+        losses = await warm.run(target)
         main_steps = warm.anneal_from
     else:
         losses = []
         while len(losses) < cap:
             want = min(len(losses) + every, cap)
-            losses += await warm.run(trainer, first_step=len(losses), anneal=False, stop=want)
+            losses += await warm.run(target, first_step=len(losses), anneal=False, stop=want)
             await score(losses)
             if len(losses) < want:  # train.warm_start_until_loss ended it
                 break
         main_steps = len(losses)
         if t.warm_start_anneal_steps:
-            losses += await warm.settle(trainer, main_steps)
+            losses += await warm.settle(target, main_steps)
             await score(losses)
     for task in asyncio.all_tasks():  # the engine's idle loop
         if task is not asyncio.current_task():

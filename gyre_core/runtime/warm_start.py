@@ -10,14 +10,13 @@ import hashlib
 import json
 from pathlib import Path
 
-from safetensors.torch import load_file
-
 from gyre_core import events as ev
 from gyre_core.rollout.agents import ScriptedAgent
 from gyre_core.rollout.harness import run_session
 from gyre_core.rollout.task_env import make_env
 from gyre_core.runtime import warm_cache
 from gyre_core.runtime.session import SessionFactory, task_index
+from gyre_core.runtime.warm_target import LocalTrainer, WarmTarget
 from gyre_core.train.trainer import Trainer
 
 PHASE, ANNEAL_PHASE = "warm start", "warm start (anneal)"  # phase_progress names
@@ -50,7 +49,12 @@ class WarmStart:
         self.anneal_from = 0  # the steps before the annealing tail first began
 
     async def run(
-        self, trainer: Trainer, first_step: int = 0, *, anneal: bool = True, stop: int = 0
+        self,
+        trainer: WarmTarget | Trainer,
+        first_step: int = 0,
+        *,
+        anneal: bool = True,
+        stop: int = 0,
     ) -> list[float]:
         """Supervised steps on scripted demonstrations of training tasks: each step trains
         on ``train.warm_start_demos`` fresh ones (tasks 10_000 + ..., apart from the RL
@@ -63,13 +67,14 @@ class WarmStart:
         ``first_step`` continues an earlier warm start of that many steps (the
         demonstrations go on where it stopped); ``stop`` (0: ``train.warm_start_steps``)
         is the step the supervised part ends before. Returns the per-step losses."""
+        trainer = _target(trainer)
         t = self.cfg.train
         if t.warm_start_from:
-            return self.load(trainer, Path(t.warm_start_from))
+            return await self.load(trainer, Path(t.warm_start_from))
         folder = None
         if t.warm_start_cache and not first_step and anneal:  # whole warm starts only
             folder = Path(t.warm_start_cache) / warm_cache.cache_key(self.cfg, self.model_dir)
-            meta = warm_cache.load(folder, trainer)
+            meta = await warm_cache.load(folder, trainer)
             if meta is not None:
                 self.warm_start_s, self.warm_start_losses = meta["seconds"], meta["losses"]
                 self.missed_target = meta.get("missed_target")
@@ -92,16 +97,17 @@ class WarmStart:
         if folder is not None:
             meta = {"seconds": self.warm_start_s, "losses": losses}
             missed = {"missed_target": self.missed_target, "missed_field": self.missed_field}
-            warm_cache.store(folder, trainer, {**meta, **missed})
+            await warm_cache.store(folder, trainer, {**meta, **missed})
         return losses
 
-    async def settle(self, trainer: Trainer, first_step: int) -> list[float]:
+    async def settle(self, trainer: WarmTarget | Trainer, first_step: int) -> list[float]:
         """The annealing tail (:meth:`anneal`); then, while the mean loss of its last 20
         steps is above ``train.warm_start_settle_loss``, up to ``train.warm_start_rounds``
         rounds of ``train.warm_start_anneal_steps`` steps at ``train.warm_start_lr`` and
         the tail again. A copy the low rate cannot form (a key or a name the model does
         not copy yet: the tail's loss stays flat) forms at the high one. A warm start
         still above the target after its last round says so (``missed_target``)."""
+        trainer = _target(trainer)
         t = self.cfg.train
         losses = await self.anneal(trainer, first_step)
         target = t.warm_start_settle_loss
@@ -125,7 +131,7 @@ class WarmStart:
             self._report(ANNEAL_PHASE, n, n, losses, target, note)
         return losses
 
-    async def anneal(self, trainer: Trainer, first_step: int) -> list[float]:
+    async def anneal(self, trainer: WarmTarget, first_step: int) -> list[float]:
         """The warm start's last ``train.warm_start_anneal_steps`` steps, at the lower
         ``train.warm_start_anneal_lr``, on the demonstrations after step ``first_step``.
         The high rate that finds the copying keeps it noisy (a loss that plateaus near
@@ -144,7 +150,7 @@ class WarmStart:
 
     async def _supervised(
         self,
-        trainer: Trainer,
+        trainer: WarmTarget,
         start: int,
         stop: int,
         lr: float,
@@ -157,9 +163,6 @@ class WarmStart:
         (of ``stop`` for the warm start, of its own steps for the annealing tail)."""
         t = self.cfg.train
         n = t.warm_start_demos or self.cfg.rollout.tasks_per_step
-        rl_lr = [g["lr"] for g in trainer.optimizer.param_groups]
-        for g in trainer.optimizer.param_groups:
-            g["lr"] = lr
         losses: list[float] = []
         if phase == PHASE:
             self.missed_target, self.missed_field = None, ""
@@ -191,7 +194,7 @@ class WarmStart:
                     )
                 finally:
                     env.close()
-            losses.append(trainer.sft_step(trainer.prepare(demos, trainer.version))["sft_loss"])
+            losses.append(await trainer.sft(trainer.prepare(demos, 0), lr))
             if until_loss and len(losses) >= 20 and _mean20(losses) <= until_loss:
                 self._report(
                     phase, step + 1 - base, stop - base, losses, until_loss, "target reached"
@@ -204,8 +207,6 @@ class WarmStart:
             if (step + 1 - base) % every == 0 or step + 1 == stop:
                 note = "target NOT reached: raise train.warm_start_steps" if missed else ""
                 self._report(phase, step + 1 - base, stop - base, losses, until_loss, note)
-        for g, old in zip(trainer.optimizer.param_groups, rl_lr, strict=True):
-            g["lr"] = old
         trainer.version = 0  # the warm-started weights are the RL run's version 0
         return losses
 
@@ -225,17 +226,17 @@ class WarmStart:
             )
         )
 
-    def load(self, trainer: Trainer, path: Path) -> list[float]:
+    async def load(self, trainer: WarmTarget | Trainer, path: Path) -> list[float]:
         """Begin from the weights an earlier warm start wrote (``train.warm_start_from``,
         written by ``gyre warm-start``: runtime/warm_file.py); its ``<stem>.json`` beside
         them, when present, gives the steps' losses and seconds for the summary. A file
         that does not fit this run's model is refused by name."""
+        trainer = _target(trainer)
         if not path.is_file():
             raise ValueError(f"train.warm_start_from: no such file {path}")
-        state = load_file(str(path))
         try:
-            trainer.model.load_state_dict(state, strict=True)
-        except RuntimeError as e:
+            await trainer.load_weights(path)
+        except ValueError as e:
             raise ValueError(
                 f"train.warm_start_from: {path} does not fit this run's model "
                 f"(model.* settings): {str(e).splitlines()[0]}"
@@ -269,6 +270,11 @@ def missed_message(target: float | None, field: str) -> str:
         f"warning: the warm start did not reach {field}: its last 20 steps averaged "
         f"{target:.3f}; RL may not learn from it (raise train.warm_start_{more})"
     )
+
+
+def _target(trainer: WarmTarget | Trainer) -> WarmTarget:
+    """A plain trainer is trained in this process (``gyre warm-start``, tests)."""
+    return LocalTrainer(trainer) if isinstance(trainer, Trainer) else trainer
 
 
 def _mean20(losses: list[float]) -> float:

@@ -19,13 +19,21 @@ units taking part), up to the order of floating-point sums.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from dataclasses import astuple
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import astuple, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
@@ -35,6 +43,7 @@ from torch.distributed.tensor import DTensor
 from gyre_core.train.losses import LossStats, count_fresh
 from gyre_core.train.trainer import Trainer, demo_sample, shard_by_tokens
 from gyre_core.trajectory.format import Rollout
+from gyre_core.trajectory.sample import PackedSample
 
 TRAINER_FILE = "trainer.json"  # a sharded checkpoint's version and trainer settings
 PRECISIONS = ("fp32", "bf16")  # bf16: bf16 parameters and compute, fp32 reduction and state
@@ -67,19 +76,19 @@ def mixed_precision(precision: str) -> MixedPrecisionPolicy:
 
 class ShardedTrainer:
     """One process of a training unit. ``trainer`` holds this process's full copy of the
-    initial weights (the same on every process); sharding replaces them by this process's
-    shard and rebuilds the optimizer over the shards with the trainer's settings."""
+    initial weights (the same on every process), and of its KL reference when it has one;
+    sharding replaces them by this process's shards and rebuilds the optimizer over the
+    shards with the trainer's settings."""
 
     def __init__(self, trainer: Trainer, mesh: DeviceMesh, precision: str = "fp32") -> None:
-        if trainer.ref_model is not None:
-            raise ValueError("ShardedTrainer: a KL reference model is not sharded yet")
         self.trainer, self.mesh = trainer, mesh
         policy = mixed_precision(precision)
-        model = trainer.model
-        for layer in decoder_layers(model):
-            fully_shard(layer, mesh=mesh, mp_policy=policy)
-        fully_shard(model, mesh=mesh, mp_policy=policy)
-        self.model: FSDPModule = model  # type: ignore[assignment]
+        for model in (trainer.model, trainer.ref_model):  # the KL reference alike
+            if model is not None:
+                for layer in decoder_layers(model):
+                    fully_shard(layer, mesh=mesh, mp_policy=policy)
+                fully_shard(model, mesh=mesh, mp_policy=policy)
+        self.model: FSDPModule = trainer.model  # type: ignore[assignment]
         trainer.rebuild_optimizer()
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
 
@@ -100,14 +109,61 @@ class ShardedTrainer:
         if total == 0:
             return t.skipped(samples, cv)
         shards = shard_by_tokens(samples, self.world)
-        mine = shards[self.rank]
+        return self.step_shard(shards[self.rank], max(len(x) for x in shards), total, cv)
+
+    def step_shard(
+        self, mine: Sequence[PackedSample], rounds: int, total: int, current_version: int
+    ) -> dict[str, float]:
+        """This process's part of a step whose batch (``total`` fresh tokens) was split
+        over the processes: ``mine`` are its samples, ``rounds`` the most any process got.
+        Every process calls it (a collective); the metrics are the whole step's."""
+        t = self.trainer
+        t.version = current_version
+
+        def loss(s: PackedSample) -> tuple[torch.Tensor | None, LossStats]:
+            return t._sample_loss(s, current_version, total / self.world)
+
+        stats = self._accumulate(mine, rounds, loss)
+        return {**stats.summary(t.config.kl_coef), **t._optimizer_step(), "skipped": 0.0}
+
+    def sft_shard(
+        self, mine: Sequence[PackedSample], rounds: int, targets: int, lr: float
+    ) -> dict[str, float]:
+        """This process's part of a supervised step (``Trainer.sft_step``) at rate ``lr``
+        on a batch of ``targets`` target tokens split over the processes; a collective.
+        The version is not advanced (a warm start ends at version 0)."""
+        t = self.trainer
+        version, rates = t.version, [g["lr"] for g in t.optimizer.param_groups]
+        for g in t.optimizer.param_groups:
+            g["lr"] = lr
+
+        def loss(s: PackedSample) -> tuple[torch.Tensor | None, LossStats]:
+            value = t._sft_loss(s, targets / self.world)
+            return value, LossStats(objective=float(value.detach()))
+
+        stats = self._accumulate(mine, rounds, loss)
+        out = t._optimizer_step()
+        for g, rate in zip(t.optimizer.param_groups, rates, strict=True):
+            g["lr"] = rate
+        t.version = version
+        return {"sft_loss": stats.objective / self.world, "grad_norm": out["grad_norm"]}
+
+    def _accumulate(
+        self,
+        mine: Sequence[PackedSample],
+        rounds: int,
+        loss_of: Callable[[PackedSample], tuple[torch.Tensor | None, LossStats]],
+    ) -> LossStats:
+        """Backward of every sample of ``mine``, ``rounds`` microbatches in all, and the
+        stats summed over the processes (see the module docstring)."""
         # Every forward and backward gathers the shards of the parameters (a collective),
         # so every process runs the same number of microbatches: the lightest pad theirs
         # with a probe weighted 0. Gradients accumulate without communication until the
         # last microbatch, whose backward reduces them (FSDP averages over the processes:
         # each normalises by its share of the global token count, so the average is the
         # gradient of sum(losses) / total).
-        rounds = max(1, max(len(x) for x in shards))
+        t = self.trainer
+        rounds = max(1, rounds, len(mine))
         t.model.train()
         t.optimizer.zero_grad(set_to_none=True)
         stats = LossStats()
@@ -115,11 +171,10 @@ class ShardedTrainer:
             self.model.set_requires_gradient_sync(i == rounds - 1)
             loss = None
             if i < len(mine):
-                loss, st = t._sample_loss(mine[i], cv, total / self.world)
+                loss, st = loss_of(mine[i])
                 stats.add(st)
             torch.autograd.backward(loss if loss is not None else self._probe_loss())
-        stats = self._all_sum(stats)
-        return {**stats.summary(t.config.kl_coef), **t._optimizer_step(), "skipped": 0.0}
+        return self._all_sum(stats)
 
     def _probe_loss(self) -> torch.Tensor:
         """A two-token forward weighted 0: a process's part in a microbatch it has no
@@ -144,34 +199,164 @@ class ShardedTrainer:
             out[name] = full.detach().to("cpu", torch.float32).clone()
         return out
 
-    def save(self, directory: Path) -> None:
-        """A sharded checkpoint (``torch.distributed.checkpoint``): every process writes
-        its shards of the weights and the AdamW state (a collective), the first also
-        ``trainer.json`` (version, settings). It loads at any width (:meth:`load`)."""
-        model_sd, optim_sd = get_state_dict(self.trainer.model, self.trainer.optimizer)
-        dcp_save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(directory))
-        if self.rank == 0:
-            meta = {"version": self.trainer.version, "settings": self.trainer.settings()}
-            (Path(directory) / TRAINER_FILE).write_text(json.dumps(meta, indent=1) + "\n")
+    # ------------------------------------------------------------------ elastic width
+
+    def local_state(self) -> LocalState:
+        """This process's shards of the weights and the AdamW state as plain tensors: what
+        it keeps across a re-formed group (the same shard layout at any number of units)."""
+        t = self.trainer
+        params = {n: _local(p).detach().clone() for n, p in t.params}
+        optim = {
+            n: {k: _local(v).detach().clone() for k, v in t.optimizer.state[p].items()}
+            for n, p in t.params
+            if t.optimizer.state.get(p)
+        }
+        return LocalState(params, optim)
+
+    def set_local_state(self, state: LocalState) -> None:
+        """Take back what :meth:`local_state` kept (this process's shard coordinate must be
+        the same as when it was taken: the number of processes per unit never changes)."""
+        t = self.trainer
+        with torch.no_grad():
+            for n, p in t.params:
+                _local(p).copy_(state.params[n])
+        t.optimizer.state.clear()
+        for n, p in t.params:
+            if n in state.optim:
+                t.optimizer.state[p] = {
+                    k: _like(p, v) if v.dim() else v.clone() for k, v in state.optim[n].items()
+                }
+
+    def broadcast_from(self, replica: int) -> None:
+        """Every process takes the weights and AdamW state of the process at its own shard
+        coordinate in unit ``replica`` (a collective over the ``replicate`` dimension): a
+        unit that joins receives the state its peers hold."""
+        t = self.trainer
+        group = self.mesh.get_group("replicate")
+        src = dist.get_global_rank(group, replica)
+        flag = torch.tensor([float(bool(t.optimizer.state))])
+        dist.broadcast(flag, src=src, group=group)
+        if flag.item() and not t.optimizer.state:  # the moments exist on the source
+            for _, p in t.params:
+                t.optimizer.state[p] = {
+                    "step": torch.tensor(0.0),
+                    "exp_avg": torch.zeros_like(p),
+                    "exp_avg_sq": torch.zeros_like(p),
+                }
+        with torch.no_grad():
+            for _, p in t.params:
+                dist.broadcast(_local(p), src=src, group=group)
+                for k in sorted(t.optimizer.state.get(p, {})):
+                    dist.broadcast(_local(t.optimizer.state[p][k]), src=src, group=group)
+
+    def load_full_weights(self, state: dict[str, Any]) -> None:
+        """Take full (unsharded) weights, the same on every process, into the shards
+        (a warm-start file). Raises ``ValueError`` naming what does not fit."""
+        try:
+            set_model_state_dict(
+                self.trainer.model, state, options=StateDictOptions(full_state_dict=True)
+            )
+        except (RuntimeError, KeyError, ValueError) as e:
+            raise ValueError(str(e).splitlines()[0]) from None
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def save(self, directory: Path, version: int | None = None) -> None:
+        """A sharded checkpoint of every process's shards (a collective): :func:`save_state`."""
+        save_state(self.trainer, directory, version)
         dist.barrier()
 
-    def load(self, directory: Path) -> None:
-        """Continue from a checkpoint :meth:`save` wrote, at this trainer's width (the same
-        as the writer's or another: each process reads the parts of the shards it holds
-        now). A checkpoint of other trainer settings is refused by name."""
-        meta = json.loads((Path(directory) / TRAINER_FILE).read_text())
-        mine = json.loads(json.dumps(self.trainer.settings()))
+    def load(self, directory: Path, *, strict: bool = True) -> int:
+        """Continue from a checkpoint :meth:`save` wrote (:func:`load_state`)."""
+        return load_state(self.trainer, directory, strict=strict)
+
+
+def save_state(trainer: Trainer, directory: Path, version: int | None = None) -> None:
+    """Write ``trainer``'s weights and AdamW state as a sharded checkpoint
+    (``torch.distributed.checkpoint``: each process of a group its own shards; a trainer
+    outside any group writes them whole) and, from the first process, ``trainer.json``
+    (version, settings). It loads at any width (:func:`load_state`). A fresh optimizer (no
+    moments yet) is saved as such, so that it loads fresh."""
+    fresh = not trainer.optimizer.state  # get_state_dict would take a zero step to fill it
+    if fresh:
+        state: dict[str, Any] = {"model": get_model_state_dict(trainer.model)}
+    else:
+        model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer)
+        state = {"model": model_sd, "optim": optim_sd}
+    dcp_save(state, checkpoint_id=str(directory))
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        meta = {
+            "version": trainer.version if version is None else version,
+            "fresh_optimizer": fresh,
+            "settings": trainer.settings(),
+        }
+        (Path(directory) / TRAINER_FILE).write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def load_state(trainer: Trainer, directory: Path, *, strict: bool = True) -> int:
+    """Continue from a checkpoint :func:`save_state` wrote, at any width (each process reads
+    the parts of the shards it holds now); returns its version. A checkpoint of other
+    trainer settings is refused by name (``strict=False``: only the weights and moments
+    are taken). The learning rate stays the trainer's."""
+    meta = json.loads((Path(directory) / TRAINER_FILE).read_text())
+    if strict:
+        mine = json.loads(json.dumps(trainer.settings()))
         theirs = meta["settings"]
         diff = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
         if diff:
             other = ", ".join(diff)
             raise ValueError(f"{directory}: a checkpoint of other trainer settings ({other})")
-        model_sd, optim_sd = get_state_dict(self.trainer.model, self.trainer.optimizer)
+    if meta.get("fresh_optimizer"):
+        model_sd = get_model_state_dict(trainer.model)
+        dcp_load({"model": model_sd}, checkpoint_id=str(directory))
+        set_model_state_dict(trainer.model, model_sd)
+        trainer.optimizer.state.clear()
+    else:
+        model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer)
         dcp_load({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(directory))
         set_state_dict(
-            self.trainer.model,
-            self.trainer.optimizer,
-            model_state_dict=model_sd,
-            optim_state_dict=optim_sd,
+            trainer.model, trainer.optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd
         )
-        self.trainer.version = int(meta["version"])
+        for g in trainer.optimizer.param_groups:
+            g["lr"] = trainer.config.lr
+    trainer.version = int(meta["version"])
+    return trainer.version
+
+
+def read_checkpoint(directory: Path) -> dict[str, Any]:
+    """A sharded checkpoint's whole content (``model``, and ``optim`` unless the optimizer
+    was fresh) gathered in this process: for tools and tests, never a training path."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "whole.pt"
+        dcp_to_torch_save(str(directory), str(out))
+        whole: dict[str, Any] = torch.load(out, weights_only=False)
+    return whole
+
+
+@dataclass(frozen=True, slots=True)
+class LocalState:
+    """One process's shards: ``params`` by name, ``optim`` the AdamW state by parameter
+    name (absent for a fresh optimizer)."""
+
+    params: dict[str, torch.Tensor]
+    optim: dict[str, dict[str, torch.Tensor]]
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def _like(param: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+    """``local`` as a tensor laid out like ``param`` (a DTensor shard, or plain)."""
+    if isinstance(param, DTensor):
+        return DTensor.from_local(
+            local.clone(),
+            param.device_mesh,
+            param.placements,
+            run_check=False,
+            shape=param.shape,
+            stride=param.stride(),
+        )
+    return local.clone()

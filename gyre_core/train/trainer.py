@@ -92,6 +92,48 @@ class TrainerOptions:
 Grads = dict[str, torch.Tensor]
 
 
+class BatchPlan:
+    """From rollouts to packed samples: what a step trains, decided without the model
+    (the trainer, and a driver that holds no model, both use it). ``config`` is the run's
+    ``train`` section, ``staleness_bound`` the scheduler's."""
+
+    def __init__(self, config: TrainConfig, staleness_bound: int) -> None:
+        self.config, self.staleness_bound = config, staleness_bound
+
+    def prepare(
+        self,
+        rollouts: Iterable[Rollout],
+        current_version: int,
+        trees: dict[str, PrefixTree] | None = None,
+    ) -> list[PackedSample]:
+        """Trees per group -> advantages as token weights -> samples of <= max_tokens.
+
+        ``trees``: what ``weigh`` made of these rollouts, when the caller keeps them (the
+        runtime reuses a step's trees for its ``tree_ready`` figures)."""
+        if trees is None:
+            trees = self.weigh(rollouts, current_version)
+        return pack_trees(trees.values(), self.config.max_tokens)
+
+    def weigh(self, rollouts: Iterable[Rollout], current_version: int) -> dict[str, PrefixTree]:
+        """The rollouts' trees, one per group in group id order, weighted as this trainer
+        trains them (``config.weighting``).
+
+        Stale tokens stay in the trees (the loss drops and counts them); a token newer
+        than ``current_version`` means the caller mixed up versions, and is refused."""
+        # A canonical order: the same set of rollouts gives the same samples, bit for bit.
+        rollouts = sorted(rollouts, key=lambda r: (r.group_id, r.rollout_id))
+        if not rollouts:
+            raise ValueError("no rollouts to train on")
+        for r in rollouts:
+            for c in r.calls:
+                if len(c.versions) and int(c.versions.max()) > current_version:
+                    raise ValueError(
+                        f"rollout {r.rollout_id!r} call {c.call_id!r} has tokens of version "
+                        f"{int(c.versions.max())}, newer than the current version {current_version}"
+                    )
+        return self.config.weighting.trees(rollouts)
+
+
 class Trainer:
     """Trains ``model`` (a transformers causal LM) on rollouts; see the module docstring.
 
@@ -145,6 +187,7 @@ class Trainer:
             ref_model.requires_grad_(False)
         self.version = version
         self.loss_fn = get_loss(options.loss)
+        self.plan = BatchPlan(config, staleness_bound)
         self.rebuild_optimizer()
         torch.manual_seed(seed)
 
@@ -199,32 +242,12 @@ class Trainer:
         current_version: int,
         trees: dict[str, PrefixTree] | None = None,
     ) -> list[PackedSample]:
-        """Trees per group -> advantages as token weights -> samples of <= max_tokens.
-
-        ``trees``: what ``weigh`` made of these rollouts, when the caller keeps them (the
-        runtime reuses a step's trees for its ``tree_ready`` figures)."""
-        if trees is None:
-            trees = self.weigh(rollouts, current_version)
-        return pack_trees(trees.values(), self.config.max_tokens)
+        """The batch's packed samples (:meth:`BatchPlan.prepare`)."""
+        return self.plan.prepare(rollouts, current_version, trees)
 
     def weigh(self, rollouts: Iterable[Rollout], current_version: int) -> dict[str, PrefixTree]:
-        """The rollouts' trees, one per group in group id order, weighted as this trainer
-        trains them (``config.weighting``).
-
-        Stale tokens stay in the trees (the loss drops and counts them); a token newer
-        than ``current_version`` means the caller mixed up versions, and is refused."""
-        # A canonical order: the same set of rollouts gives the same samples, bit for bit.
-        rollouts = sorted(rollouts, key=lambda r: (r.group_id, r.rollout_id))
-        if not rollouts:
-            raise ValueError("no rollouts to train on")
-        for r in rollouts:
-            for c in r.calls:
-                if len(c.versions) and int(c.versions.max()) > current_version:
-                    raise ValueError(
-                        f"rollout {r.rollout_id!r} call {c.call_id!r} has tokens of version "
-                        f"{int(c.versions.max())}, newer than the current version {current_version}"
-                    )
-        return self.config.weighting.trees(rollouts)
+        """The batch's weighted trees (:meth:`BatchPlan.weigh`)."""
+        return self.plan.weigh(rollouts, current_version)
 
     # ------------------------------------------------------------------ gradients
 
@@ -379,18 +402,20 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         total = 0.0
         for s in samples:
-            dev = self.device
-            ids = torch.from_numpy(s.input_ids).to(dev)
-            parent = torch.from_numpy(s.parent).to(dev)
-            pos = torch.from_numpy(s.position_ids).to(dev)
-            keep = torch.from_numpy(s.trainable).to(dev)
-            lp = token_logprobs(
-                tree_forward(self.model, ids, pos, parent, self.options.attention), ids, parent
-            )
-            loss = -lp[keep].sum() / n
+            loss = self._sft_loss(s, n)
             torch.autograd.backward(loss)
             total += float(loss.detach())
         return {"sft_loss": total, "tokens": float(n), **self._optimizer_step()}
+
+    def _sft_loss(self, s: PackedSample, normalise: float) -> torch.Tensor:
+        """The cross-entropy of ``s``'s target (trainable) tokens, summed, over ``normalise``."""
+        dev = self.device
+        ids = torch.from_numpy(s.input_ids).to(dev)
+        parent = torch.from_numpy(s.parent).to(dev)
+        pos = torch.from_numpy(s.position_ids).to(dev)
+        keep = torch.from_numpy(s.trainable).to(dev)
+        logits = tree_forward(self.model, ids, pos, parent, self.options.attention)
+        return -token_logprobs(logits, ids, parent)[keep].sum() / normalise
 
     # ------------------------------------------------------------------ weights and state
 

@@ -2,6 +2,7 @@
 the model and the tokenizer that the demo's config builds, and its record says how it was
 made (a target reached, the command's config)."""
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -27,7 +28,7 @@ def test_the_shipped_warm_start_fits_the_demos_model_and_tokenizer(tmp_path) -> 
     assert meta["tokenizer_sha256"] == tokenizer_hash(model_dir)
     sessions = SessionFactory(cfg, model_dir, NullSink(), lambda: 0.0)
     trainer = sessions.make_trainer()
-    losses = WarmStart(sessions).load(trainer, weights)
+    losses = asyncio.run(WarmStart(sessions).load(trainer, weights))
     assert len(losses) == meta["steps"] and trainer.version == 0
 
 
@@ -41,4 +42,4 @@ def test_a_warm_start_file_of_another_tokenizer_is_refused(tmp_path) -> None:
     model_dir = make_model_dir(cfg, tmp_path / "m")
     sessions = SessionFactory(cfg, model_dir, NullSink(), lambda: 0.0)
     with pytest.raises(ValueError, match="another tokenizer"):
-        WarmStart(sessions).load(sessions.make_trainer(), copy)
+        asyncio.run(WarmStart(sessions).load(sessions.make_trainer(), copy))

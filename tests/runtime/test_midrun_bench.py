@@ -6,7 +6,7 @@ import torch
 
 from gyre_core.models.init import init_checkpoint
 from gyre_core.models.shape import ModelShape
-from gyre_core.runtime.midrun_bench import BenchmarkEvery
+from gyre_core.runtime.midrun_bench import BenchmarkEvery, serve_local
 
 
 def test_a_scoring_sees_its_versions_weights_while_training_moves_on(tmp_path):
@@ -25,14 +25,15 @@ def test_a_scoring_sees_its_versions_weights_while_training_moves_on(tmp_path):
         return 0.5
 
     async def main():
-        every = BenchmarkEvery(2, 6, score, lambda line: None)
+        serve = serve_local(lambda: AutoModelForCausalLM.from_pretrained(str(tmp_path)))
+        every = BenchmarkEvery(2, 6, score, lambda line: None, serve)
         sums = {}
         for version in range(1, 7):
             with torch.no_grad():
                 for p in model.parameters():
                     p.add_(0.01)
             sums[version] = float(sum(p.sum() for p in model.parameters()))
-            every.after_step(model, version)
+            every.after_step({k: v.clone() for k, v in model.state_dict().items()}, version)
         return sums, await every.finish()
 
     sums, scores = asyncio.run(main())

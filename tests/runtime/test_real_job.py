@@ -11,6 +11,7 @@ from gyre_core.events import ListSink
 from gyre_core.runtime import run_job
 from gyre_core.runtime.session import make_model_dir
 from gyre_core.train.checkpoint import latest_checkpoint
+from gyre_core.train.sharded import read_checkpoint
 from gyre_core.trajectory.format import read_rollouts
 from tests.runtime.conftest import TINY_JOB, UnitKiller, tiny_job
 
@@ -125,14 +126,12 @@ def test_an_engine_killed_mid_run_loses_no_session(ray_cluster, model_dir, tmp_p
 def test_rl_after_a_warm_start_starts_with_fresh_optimizer_moments(
     ray_cluster, model_dir, tmp_path, fresh
 ):
-    import torch
 
     train = {"warm_start_steps": 3, "warm_start_demos": 1, "warm_start_fresh_optimizer": fresh}
     out = run_job(_cfg(model_dir, steps=1, train=train), sink=ListSink(), workdir=tmp_path)
     assert out["status"] == "succeeded" and out["warm_start_steps"] == 3
-    ck = latest_checkpoint(tmp_path / "checkpoints")
-    state = torch.load(ck / "optimizer.pt", weights_only=False)["state"]
-    steps = {int(s["step"]) for s in state.values()}
+    ck = read_checkpoint(latest_checkpoint(tmp_path / "checkpoints"))
+    steps = {int(s["step"]) for s in ck["optim"]["state"].values()}
     # AdamW counts its own steps: 1 (the RL step) from fresh moments, 3 + 1 without
     assert steps == ({1} if fresh else {4})
 
@@ -149,9 +148,7 @@ def test_the_kl_reference_is_the_warm_started_policy(ray_cluster, model_dir, tmp
 
 
 def _weights(workdir):
-    from safetensors.torch import load_file
-
-    return load_file(str(latest_checkpoint(workdir / "checkpoints") / "model.safetensors"))
+    return read_checkpoint(latest_checkpoint(workdir / "checkpoints"))["model"]
 
 
 def test_a_colocate_run_repeats_exactly(ray_cluster, tmp_path):

@@ -1,0 +1,191 @@
+"""One process of a run's training group, across the groups it takes part in.
+
+The training units of a run form one ``torch.distributed`` group (``units x per_unit``
+processes, a :class:`~gyre_core.train.sharded.ShardedTrainer` on each). When units enter
+or leave training the group re-forms without restarting any process: each process that
+stays keeps its shards (:meth:`~gyre_core.train.sharded.ShardedTrainer.local_state`: the
+shard layout depends only on the processes per unit, which never change), the group is
+destroyed and made again with the new membership, and the processes of a unit that joins
+receive their shards from a peer unit over the new group (``broadcast_from``). When the
+last unit leaves, the state is written as a sharded checkpoint (the offload) and read back
+by the next group, at whatever width it has. A member reports how long each part took.
+
+The driver of a run decides the membership and the batches (:mod:`gyre_core.runtime.
+train_group`); this module runs in each process and needs no Ray: a test spawns processes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM
+
+from gyre_core.config import RunConfig
+from gyre_core.train.sharded import ShardedTrainer, unit_mesh
+from gyre_core.train.trainer import Trainer
+from gyre_core.trajectory.sample import PackedSample
+
+KEEP, CHECKPOINT, INIT = "keep", "checkpoint", "init"  # where a new group's state comes from
+TIMEOUT = timedelta(seconds=300)  # a collective whose peer is gone fails after this
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpec:
+    """One process's place in a group to form. ``source``: ``keep`` (processes with state
+    keep it, the others receive it from unit ``replica`` of the new group), ``checkpoint``
+    (every process reads the sharded checkpoint ``path``) or ``init`` (the model folder's
+    weights, or the full weights file ``path`` when given). ``version``: the policy
+    version of that state."""
+
+    rank: int
+    units: int
+    per_unit: int
+    address: str
+    port: int
+    source: str
+    replica: int = -1
+    path: str = ""
+    version: int = 0
+    strict: bool = False  # a checkpoint of other trainer settings is refused (a resume)
+
+    def __post_init__(self) -> None:
+        if self.source not in (KEEP, CHECKPOINT, INIT):
+            raise ValueError(f"GroupSpec.source must be keep, checkpoint or init: {self.source!r}")
+        if self.source == KEEP and not 0 <= self.replica < self.units:
+            raise ValueError(f"GroupSpec.replica {self.replica} is not a unit of the group")
+
+
+def device_and_backend() -> tuple[str, str]:
+    """CUDA with NCCL where there is a GPU, else the CPU with gloo: one code path."""
+    return ("cuda", "nccl") if torch.cuda.is_available() else ("cpu", "gloo")
+
+
+class TrainMember:
+    """The training side of one process: ``model_dir`` is the run's model folder,
+    ``reference`` a full weights file for the KL reference ("" for the model folder's)."""
+
+    def __init__(self, cfg: RunConfig, model_dir: str, reference: str = "") -> None:
+        self.cfg, self.model_dir, self.reference = cfg, model_dir, reference
+        self.sharded: ShardedTrainer | None = None
+        self.device, self.backend = device_and_backend()
+
+    @property
+    def formed(self) -> bool:
+        return self.sharded is not None
+
+    def _trainer(self) -> ShardedTrainer:
+        if self.sharded is None:
+            raise RuntimeError("this process is not in a training group")
+        return self.sharded
+
+    def _build(self, mesh: Any, version: int) -> ShardedTrainer:
+        def load(path: str = "") -> Any:
+            model: Any = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
+            if path:
+                model.load_state_dict(load_file(path))
+            return model.to(self.device)
+
+        ref = load(self.reference) if self.cfg.train.kl_coef > 0 else None
+        trainer = Trainer.for_run(load(), self.cfg, ref)
+        trainer.version = version
+        return ShardedTrainer(trainer, mesh, getattr(self.cfg.train, "precision", "fp32"))
+
+    def form(self, spec: GroupSpec) -> dict[str, float]:
+        """Join the group ``spec`` describes (every member calls this at once); returns
+        the seconds of its parts: ``reform_s`` (group and model rebuilt around the shards
+        kept), ``transfer_s`` (shards from a peer), ``restore_s`` (state read)."""
+        t0 = time.perf_counter()
+        kept = self.sharded.local_state() if self.sharded is not None else None
+        self._disband()
+        if self.device == "cuda":
+            torch.cuda.set_device(0)  # Ray shows each process its own GPU as device 0
+        dist.init_process_group(
+            self.backend,
+            init_method=f"tcp://{spec.address}:{spec.port}",
+            rank=spec.rank,
+            world_size=spec.units * spec.per_unit,
+            timeout=TIMEOUT,
+        )
+        mesh = unit_mesh(spec.units, spec.per_unit, self.device)
+        self.sharded = self._build(mesh, spec.version)
+        parts = {"reform_s": 0.0, "transfer_s": 0.0, "restore_s": 0.0}
+        t1 = time.perf_counter()
+        if spec.source == KEEP:
+            if kept is not None:
+                self.sharded.set_local_state(kept)
+            parts["reform_s"] = t1 - t0
+            self.sharded.broadcast_from(spec.replica)
+            parts["transfer_s"] = time.perf_counter() - t1
+        elif spec.source == CHECKPOINT:
+            parts["reform_s"] = t1 - t0
+            self.sharded.load(Path(spec.path), strict=spec.strict)
+            self.sharded.trainer.version = spec.version
+            parts["restore_s"] = time.perf_counter() - t1
+        else:
+            parts["reform_s"] = t1 - t0
+            if spec.path:
+                self.load_weights(spec.path)
+            parts["restore_s"] = time.perf_counter() - t1
+        return parts
+
+    def leave(self, offload: str = "", version: int = 0) -> dict[str, float]:
+        """Leave the group; with ``offload`` every member (a collective: all leave at once)
+        first writes its shards there as a sharded checkpoint of ``version``."""
+        t0 = time.perf_counter()
+        if offload and self.sharded is not None:
+            self.sharded.save(Path(offload), version)
+        self._disband()
+        return {"offload_s": time.perf_counter() - t0 if offload else 0.0}
+
+    def _disband(self) -> None:
+        self.sharded = None
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
+
+    # ------------------------------------------------------------------ work
+
+    def step(
+        self, mine: list[PackedSample], rounds: int, total: int, version: int
+    ) -> dict[str, float]:
+        return self._trainer().step_shard(mine, rounds, total, version)
+
+    def sft(
+        self, mine: list[PackedSample], rounds: int, targets: int, lr: float
+    ) -> dict[str, float]:
+        return self._trainer().sft_shard(mine, rounds, targets, lr)
+
+    def reset_optimizer(self) -> None:
+        self._trainer().trainer.reset_optimizer()
+
+    def load_weights(self, path: str) -> None:
+        """Full weights from a file (``train.warm_start_from``): every member reads it."""
+        self._trainer().load_full_weights(load_file(path))
+
+    def gather(self) -> dict[str, torch.Tensor] | None:
+        """The full weights (a collective): on the group's first process, else None."""
+        full = self._trainer().full_state_dict()
+        return full if dist.get_rank() == 0 else None
+
+    def write_weights(self, path: str) -> None:
+        """The full weights as one safetensors file, written by the first process."""
+        full = self.gather()
+        if full is not None:
+            tmp = Path(path).with_suffix(".tmp")
+            save_file({k: v.contiguous() for k, v in full.items()}, str(tmp))
+            tmp.replace(path)
+
+    def save(self, path: str, version: int) -> None:
+        self._trainer().save(Path(path), version)
+
+    def load(self, path: str) -> int:
+        """The weights and moments of a sharded checkpoint (a warm-start cache entry)."""
+        return self._trainer().load(Path(path), strict=False)
