@@ -32,12 +32,12 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from gyre_core.train.config import PRECISIONS
 from gyre_core.train.losses import LossStats, count_fresh
 from gyre_core.train.trainer import Trainer, demo_sample, shard_by_tokens
 from gyre_core.trajectory.format import Rollout
 
 TRAINER_FILE = "trainer.json"  # a sharded checkpoint's version and trainer settings
-PRECISIONS = ("fp32", "bf16")  # bf16: bf16 parameters and compute, fp32 reduction and state
 
 
 def unit_mesh(units: int, per_unit: int, device: str = "cpu") -> DeviceMesh:
