@@ -58,10 +58,10 @@ def _batch(vocab: int, quick: bool) -> list:  # type: ignore[type-arg]
     return list(synth_rollouts(cfg))
 
 
-def _trainer(model: torch.nn.Module, attention: str) -> Trainer:
+def _trainer(model: torch.nn.Module, attention: str, precision: str = "fp32") -> Trainer:
     return Trainer(
         model,  # type: ignore[arg-type]
-        replace(TrainConfig(), max_tokens=8192),
+        replace(TrainConfig(), max_tokens=8192, precision=precision),
         staleness_bound=4,
         seed=0,
         options=TrainerOptions(attention=attention),  # type: ignore[arg-type]
@@ -78,7 +78,7 @@ def sharded_steps(args: argparse.Namespace, conf, device: torch.device, rollouts
     model = build_model(conf, seed=0, attn_implementation=attn).to(device)
     n_params = sum(p.numel() for p in model.parameters())
     state_bytes = n_params * (4 + 4 + 8)  # fp32 weights, gradients, AdamW moments
-    trainer = ShardedTrainer(_trainer(model, impl), unit_mesh(1, 1, device.type), args.precision)
+    trainer = ShardedTrainer(_trainer(model, impl, args.precision), unit_mesh(1, 1, device.type))
     packed = sum(len(s) for s in trainer.trainer.prepare(rollouts, 0))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()

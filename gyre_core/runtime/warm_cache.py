@@ -29,6 +29,8 @@ _CODE = (
     "rollout/task_env.py",
     "train/trainer.py",
     "train/sharded.py",
+    "train/memory.py",
+    "train/tree_attention.py",
     "runtime/session.py",
     "runtime/warm_start.py",
     "trajectory/pack.py",

@@ -1,5 +1,5 @@
-"""The run's ``train`` section: the optimizer, the PPO clip, how rewards weigh tokens, and
-the supervised warm start before RL."""
+"""The run's ``train`` section: the optimizer, the PPO clip, how rewards weigh tokens, the
+supervised warm start before RL, and what keeps the trainer's memory down."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ from dataclasses import dataclass
 
 from gyre_core.config_fields import config_field
 from gyre_core.trajectory.rewards import ADVANTAGE_MODES, Weighting
+
+# fp32: the model's own dtype throughout. bf16: float32 master weights, bfloat16 parameters
+# and compute, float32 gradient reduction and optimizer state (FSDP2's mixed precision).
+PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +99,24 @@ class TrainConfig:
         "folder keeping warm-started trainers keyed by everything "
         "they depend on, reused by later runs ('' = off)",
         path=True,
+    )
+    logit_chunk: int = config_field(
+        1024,
+        "trained tokens whose logits are projected at once: the "
+        "vocabulary projection runs in chunks of this many, each "
+        "recomputed in the backward, so no [tokens, vocab] logits are "
+        "kept (0 = all at once, kept for the backward)",
+        min=0,
+    )
+    activation_checkpointing: bool = config_field(
+        False, "recompute each decoder layer in the backward instead of keeping its activations"
+    )
+    precision: str = config_field(
+        "fp32",
+        "fp32, or bf16: bfloat16 parameters and compute over float32 "
+        "master weights, FSDP2's mixed precision, which only the "
+        "sharded trainer has (the plain trainer refuses bf16)",
+        choices=PRECISIONS,
     )
 
     @property

@@ -95,7 +95,7 @@ class TrainMember:
         ref = load(self.reference) if self.cfg.train.kl_coef > 0 else None
         trainer = Trainer.for_run(load(), self.cfg, ref)
         trainer.version = version
-        return ShardedTrainer(trainer, mesh, getattr(self.cfg.train, "precision", "fp32"))
+        return ShardedTrainer(trainer, mesh)
 
     def form(self, spec: GroupSpec) -> dict[str, float]:
         """Join the group ``spec`` describes (every member calls this at once); returns

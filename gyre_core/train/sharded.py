@@ -40,13 +40,13 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from gyre_core.train.config import PRECISIONS
 from gyre_core.train.losses import LossStats, count_fresh
 from gyre_core.train.trainer import Trainer, demo_sample, shard_by_tokens
 from gyre_core.trajectory.format import Rollout
 from gyre_core.trajectory.sample import PackedSample
 
 TRAINER_FILE = "trainer.json"  # a sharded checkpoint's version and trainer settings
-PRECISIONS = ("fp32", "bf16")  # bf16: bf16 parameters and compute, fp32 reduction and state
 
 
 def unit_mesh(units: int, per_unit: int, device: str = "cpu") -> DeviceMesh:
@@ -80,7 +80,15 @@ class ShardedTrainer:
     sharding replaces them by this process's shards and rebuilds the optimizer over the
     shards with the trainer's settings."""
 
-    def __init__(self, trainer: Trainer, mesh: DeviceMesh, precision: str = "fp32") -> None:
+    def __init__(self, trainer: Trainer, mesh: DeviceMesh, precision: str | None = None) -> None:
+        """``precision``: the trainer's ``train.precision`` (a different one is refused:
+        every process must compute alike, or the collectives of a step disagree)."""
+        precision = precision or trainer.config.precision
+        if precision != trainer.config.precision:
+            raise ValueError(
+                f"ShardedTrainer precision {precision!r} differs from the trainer's "
+                f"train.precision {trainer.config.precision!r}"
+            )
         self.trainer, self.mesh = trainer, mesh
         policy = mixed_precision(precision)
         for model in (trainer.model, trainer.ref_model):  # the KL reference alike

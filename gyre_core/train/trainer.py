@@ -33,7 +33,7 @@ from torch.distributed.tensor import DTensor
 from transformers import PreTrainedModel
 
 from gyre_core.config import RunConfig
-from gyre_core.train.config import TrainConfig
+from gyre_core.train.config import PRECISIONS, TrainConfig
 from gyre_core.train.losses import (
     LOSSES,
     LossSettings,
@@ -43,9 +43,9 @@ from gyre_core.train.losses import (
     count_fresh,
     fresh_mask,
     get_loss,
-    token_entropy,
 )
-from gyre_core.train.tree_attention import Impl, token_logprobs, tree_forward
+from gyre_core.train.memory import apply_activation_checkpointing, tree_logprobs
+from gyre_core.train.tree_attention import Impl
 from gyre_core.trajectory.format import Rollout
 from gyre_core.trajectory.pack import pack_trees
 from gyre_core.trajectory.sample import PackedSample
@@ -161,6 +161,12 @@ class Trainer:
         options = options or TrainerOptions()
         if config.kl_coef > 0 and ref_model is None:
             raise ValueError("train.kl_coef > 0 needs a ref_model")
+        if config.precision not in PRECISIONS:
+            raise ValueError(
+                f"train.precision must be one of {', '.join(PRECISIONS)}, got {config.precision!r}"
+            )
+        if config.logit_chunk < 0:
+            raise ValueError(f"train.logit_chunk must be >= 0, got {config.logit_chunk}")
         if options.ratio_cap is not None and not options.ratio_cap > 1 + config.clip_high:
             raise ValueError(
                 f"TrainerOptions.ratio_cap must be > 1 + train.clip_high "
@@ -173,6 +179,8 @@ class Trainer:
                     f"TrainerOptions.attention={options.attention!r} needs a {role} built with "
                     f"attn_implementation in {BACKENDS[options.attention]}, not {backend!r}"
                 )
+        if config.activation_checkpointing:
+            apply_activation_checkpointing(model)
         self.model = model
         self.config = config
         self.staleness_bound = staleness_bound
@@ -264,13 +272,17 @@ class Trainer:
         idx = torch.from_numpy(np.flatnonzero(keep_np)).to(dev)
         if bool((parent[idx] < 0).any()):
             raise ValueError("a root token cannot be trainable: nothing predicts it")
-        logits = tree_forward(self.model, ids, pos, parent, self.options.attention)
-        lp = token_logprobs(logits, ids, parent)[idx]
+        c = self.config
+        att = self.options.attention
+        lp, entropy = tree_logprobs(
+            self.model, ids, pos, parent, idx, att, chunk=c.logit_chunk, precision=c.precision
+        )
         ref_lp = None
         if self.ref_model is not None:
             with torch.no_grad():
-                ref_logits = tree_forward(self.ref_model, ids, pos, parent, self.options.attention)
-                ref_lp = token_logprobs(ref_logits, ids, parent)[idx].to(lp.dtype)
+                ref_lp = tree_logprobs(
+                    self.ref_model, ids, pos, parent, idx, att, chunk=c.logit_chunk, entropy=False
+                )[0].to(lp.dtype)
 
         def column(a: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(a).to(device=dev, dtype=lp.dtype)[idx]
@@ -284,8 +296,7 @@ class Trainer:
             behaviour = torch.where(current, lp.detach(), behaviour)
         batch = TokenBatch(lp, behaviour, column(sample.advantage), ref_lp)
         loss, stats = combine_loss(self.loss_fn, batch, self.loss_settings, normalise)
-        with torch.no_grad():
-            stats.entropy = float(token_entropy(logits.detach()[parent[idx]]).sum())
+        stats.entropy = float(entropy.sum())
         stats.stale_dropped = float(stale)
         stats.staleness = float((current_version - sample.version[keep_np]).sum())
         return loss, stats
@@ -413,9 +424,12 @@ class Trainer:
         ids = torch.from_numpy(s.input_ids).to(dev)
         parent = torch.from_numpy(s.parent).to(dev)
         pos = torch.from_numpy(s.position_ids).to(dev)
-        keep = torch.from_numpy(s.trainable).to(dev)
-        logits = tree_forward(self.model, ids, pos, parent, self.options.attention)
-        return -token_logprobs(logits, ids, parent)[keep].sum() / normalise
+        keep = torch.from_numpy(np.flatnonzero(s.trainable)).to(dev)
+        lp = tree_logprobs(
+            self.model, ids, pos, parent, keep, self.options.attention,
+            chunk=self.config.logit_chunk, entropy=False, precision=self.config.precision,
+        )[0]  # fmt: skip
+        return -lp.sum() / normalise
 
     # ------------------------------------------------------------------ weights and state
 

@@ -224,14 +224,10 @@ def _needs_grad(model: torch.nn.Module) -> bool:
     return torch.is_grad_enabled() and any(p.requires_grad for p in model.parameters())
 
 
-def tree_forward(
-    model: PreTrainedModel,
-    input_ids: torch.Tensor,
-    position_ids: torch.Tensor,
-    parent: torch.Tensor,
-    impl: Impl = "dense",
-) -> torch.Tensor:
-    """Logits ``[L, V]`` for one packed sample (1-D ``input_ids``, ``position_ids``, ``parent``).
+def tree_mask(
+    model: PreTrainedModel, parent: torch.Tensor, impl: Impl = "dense"
+) -> torch.Tensor | BlockMask:
+    """The ``attention_mask`` that makes ``model`` attend along the tree of ``parent``.
 
     ``impl="flex"`` needs a model built with ``attn_implementation="flex_attention"``;
     ``impl="dense"`` works with ``eager``, ``sdpa`` or ``flex_attention`` (not flash
@@ -240,14 +236,13 @@ def tree_forward(
     """
     backend = str(model.config._attn_implementation)
     device, dtype = model.device, model.dtype
-    mask: torch.Tensor | BlockMask
     if impl == "dense":
         if backend not in ("eager", "sdpa", "flex_attention"):
             raise ValueError(
                 f"the dense tree mask needs eager, sdpa or flex attention, not {backend}"
             )
-        mask = additive_mask(dense_tree_mask(parent).to(device), dtype)[None, None]
-    elif impl == "flex":
+        return additive_mask(dense_tree_mask(parent).to(device), dtype)[None, None]
+    if impl == "flex":
         if backend != "flex_attention":
             raise ValueError(
                 f'impl="flex" needs attn_implementation="flex_attention", not {backend}'
@@ -255,23 +250,62 @@ def tree_forward(
         reason = flex_unavailable_reason(device, dtype, requires_grad=_needs_grad(model))
         if reason is not None:
             raise RuntimeError(f"flex tree attention unavailable: {reason}")
-        mask = flex_tree_block_mask(parent, device=device)
-    elif impl == "sparse":
+        return flex_tree_block_mask(parent, device=device)
+    if impl == "sparse":
         if backend != sparse_attention.NAME:
             raise ValueError(
                 f'impl="sparse" needs attn_implementation="{sparse_attention.NAME}", not {backend}'
             )
-        mask = tree_subtree_end(parent).to(device).view(1, 1, 1, -1)
-    else:
-        raise ValueError(f"unknown impl {impl!r}")
+        return tree_subtree_end(parent).to(device).view(1, 1, 1, -1)
+    raise ValueError(f"unknown impl {impl!r}")
+
+
+def tree_forward(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    position_ids: torch.Tensor,
+    parent: torch.Tensor,
+    impl: Impl = "dense",
+) -> torch.Tensor:
+    """Logits ``[L, V]`` for one packed sample (1-D ``input_ids``, ``position_ids``, ``parent``);
+    see :func:`tree_mask` for the backend each ``impl`` needs. The trainer does not keep
+    these: it projects the hidden states of :func:`tree_hidden` in chunks (``memory.py``)."""
+    device = model.device
     out = model(
         input_ids=input_ids.to(device)[None],
         position_ids=position_ids.to(device)[None],
-        attention_mask=mask,
+        attention_mask=tree_mask(model, parent, impl),
         use_cache=False,
     )
     logits: torch.Tensor = out.logits[0]
     return logits
+
+
+def tree_hidden(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    position_ids: torch.Tensor,
+    parent: torch.Tensor,
+    impl: Impl = "dense",
+) -> torch.Tensor:
+    """The final hidden states ``[L, H]`` (after the last norm), which the output embedding
+    turns into :func:`tree_forward`'s logits, without computing any logits.
+
+    The root module's forward runs (``logits_to_keep`` empty, only the last hidden state
+    captured), not its decoder alone: a model sharded with FSDP2's ``fully_shard`` gathers
+    its root parameters and hooks its backward on the root's outputs, this one included.
+    """
+    device = model.device
+    out = model(
+        input_ids=input_ids.to(device)[None],
+        position_ids=position_ids.to(device)[None],
+        attention_mask=tree_mask(model, parent, impl),
+        use_cache=False,
+        logits_to_keep=torch.empty(0, dtype=torch.long, device=device),
+        output_hidden_states=-1,
+    )
+    hidden: torch.Tensor = out.hidden_states[-1][0]
+    return hidden
 
 
 def token_logprobs(
