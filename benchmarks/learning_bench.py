@@ -86,7 +86,6 @@ def bench_curve(
     of that many sampled sessions a task instead of one greedy one
     (``gyre_core.runtime.benchmark``)."""
     import torch
-    from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
     from gyre_core.config import load_config
@@ -103,14 +102,14 @@ def bench_curve(
     model_dir = make_model_dir(cfg, workdir)
     factory = SessionFactory(cfg, model_dir, NullSink(), lambda: 0.0)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    weights = [(v, ck / "model.safetensors") for v, ck in checkpoints(workdir / "checkpoints")]
+    weights = list(checkpoints(workdir / "checkpoints"))
     if tasks and cfg.train.warm_start_from:
         weights.insert(0, (0, Path(cfg.train.warm_start_from)))
     curve = {}
     for version, path in weights:
         if version % every:
             continue
-        model.load_state_dict(load_file(str(path)))
+        model.load_state_dict(_weights(path))
         router = Router({"local": TorchEngine(model)})
         curve[version] = asyncio.run(benchmark(factory, router, version, samples=samples))
     return curve
@@ -169,10 +168,17 @@ def earlier_runs(path: str) -> list[tuple[dict[str, Any], Path, Path]]:
             for row in rows]  # fmt: skip
 
 
-def weights_diff(a: Path, b: Path) -> str:
-    """The largest weight difference of two runs at each checkpoint both saved."""
+def _weights(path: Path) -> dict[str, Any]:
+    """The weights of a run's checkpoint (a sharded one) or of a weights file."""
     from safetensors.torch import load_file
 
+    from gyre_core.train.sharded import read_checkpoint
+
+    return load_file(str(path)) if path.is_file() else read_checkpoint(path)["model"]
+
+
+def weights_diff(a: Path, b: Path) -> str:
+    """The largest weight difference of two runs at each checkpoint both saved."""
     from gyre_core.train.checkpoint import checkpoints
 
     theirs = dict(checkpoints(b / "checkpoints"))
@@ -180,8 +186,7 @@ def weights_diff(a: Path, b: Path) -> str:
     for version, ck in checkpoints(a / "checkpoints"):
         if version not in theirs:
             continue
-        wa = load_file(str(ck / "model.safetensors"))
-        wb = load_file(str(theirs[version] / "model.safetensors"))
+        wa, wb = _weights(ck), _weights(theirs[version])
         diff = max(float((wa[k] - wb[k]).abs().max()) for k in wa)
         parts.append(f"v{version}:{diff:.1e}" if diff else f"v{version}:identical")
     return "weights " + (" ".join(parts) or "(no common checkpoints)")
