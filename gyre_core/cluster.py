@@ -104,7 +104,11 @@ class ClusterConfig:
         6, "units in the cluster (a unit hosts one replica: engine or trainer)", min=2, max=4096
     )
     gpus_per_unit: int = config_field(
-        1, "GPUs per unit (Ray resource gpu_unit on CPU machines)", min=1, max=64
+        1,
+        "processes per unit, one per GPU (a gpu_unit resource each on CPU machines); "
+        "a training unit shards the model over them (FSDP2)",
+        min=1,
+        max=64,
     )
     ray_address: str = config_field(
         "", "join this Ray cluster ('' = start a local one; or RAY_ADDRESS)"

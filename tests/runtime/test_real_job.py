@@ -211,3 +211,21 @@ def test_a_coding_run_draws_more_tasks_than_the_suite_has(ray_cluster, model_dir
     assert out["status"] == "succeeded" and out["steps"] == 3
     tasks = {e.task_id for e in sink.events if e.kind == "rollout_started"}
     assert tasks == {f"coding-{name}" for name in coding.TASKS}
+
+
+def test_two_processes_a_unit_train_sharded_with_no_model_on_the_driver(
+    ray_cluster, model_dir, tmp_path
+):
+    # cluster.gpus_per_unit is processes per unit: 2 units x 2 processes take the fixture's
+    # 4 gpu_unit. Whichever units train, each of their processes writes its own shards.
+    sink = ListSink()
+    cfg = _cfg(model_dir, cluster={"units": 2, "gpus_per_unit": 2})
+    out = run_job(cfg, sink=sink, workdir=tmp_path)
+    assert out["status"] == "succeeded" and out["steps"] == 2
+    ck = latest_checkpoint(tmp_path / "checkpoints")
+    shards = sorted(p.name for p in ck.glob("*.distcp"))
+    assert len(shards) >= 2, shards  # a training unit's 2 processes, or more
+    weights = read_checkpoint(ck)["model"]
+    assert weights["model.embed_tokens.weight"].shape[0] == 1024  # whole, from the shards
+    joins = [e for e in sink.events if e.kind == "role_change" and e.parts.get("reform_s")]
+    assert joins, "a unit entering training re-forms the group and says how long it took"
