@@ -29,7 +29,9 @@ What is measured, and how each cost is derived (``docs/sim-costs.md``, "Calibrat
   over ``train_s`` times the units training; ``step_overhead_s`` = the mean span beyond
   ``train_s`` (weight publication, trees, payload file, checkpoint).
 * **Switches and sync.** ``switch_s`` is the mean measured role switch (drain wait
-  included), ``weight_sync_s`` the mean publication of a version to the engines.
+  included), ``weight_sync_s`` the mean publication of a version to the engines; the
+  report gives the mean of each part of a switch (``switch_parts_s``: drain, engine stop
+  and start, the training group's re-form, peer transfer, restore and offload).
 * **Tool time.** A turn's ``tool_s`` is the time between its call's end and the next
   call's start: environment step, harness, tokenisation — all the session's time off the
   engines.
@@ -337,6 +339,7 @@ def _calibrate(
         "steps": [asdict(s) for s in steps],
         "decode_fit": asdict(decode),
         "switch_s": [round(x, 4) for x in c.switch_s],
+        "switch_parts_s": _parts(c.switch_parts),
         "weight_sync_s": [round(x, 4) for x in c.weight_sync_s],
         "tool_s_mean": round(_mean([t.tool_s for tr in trace for t in tr.turns[:-1]]), 5),
         "rollouts": _rollout_spans(trace, records),
@@ -418,3 +421,12 @@ def _scheduler(report: dict[str, Any], policy: str) -> SchedulerConfig:
     if policy not in fixed_split_policies():
         section["rollout_units"] = 0  # the run's split means nothing to another policy
     return SchedulerConfig(**{**section, "policy": policy})
+
+
+def _parts(switches: list[dict[str, float]]) -> dict[str, float]:
+    """The mean seconds of each part over the switches that had it."""
+    seen: dict[str, list[float]] = {}
+    for parts in switches:
+        for name, secs in parts.items():
+            seen.setdefault(name, []).append(secs)
+    return {name: round(_mean(xs), 4) for name, xs in sorted(seen.items())}

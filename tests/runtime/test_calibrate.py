@@ -180,6 +180,8 @@ def test_a_real_run_writes_a_cost_table_and_workload_that_predict_reads(
     report = json.loads((work / "calibration.json").read_text())
     assert report["policy"] == "async" and report["split"] == "2:2" and report["actual_s"] > 0
     assert len(report["steps"]) == 2 and report["decode_fit"]["calls"] >= 3
+    # async's 2 training units joined the group at bring-up: its re-form was timed
+    assert report["switch_parts_s"]["reform_s"] > 0 and "engine_stop_s" in report["switch_parts_s"]
     pred = predict(work)
     assert math.isfinite(pred["predicted_s"]) and pred["predicted_s"] > 0
     assert pred["steps"] == 2 and pred["rollouts"] == 4
