@@ -27,12 +27,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_check import SHAPES  # noqa: E402  (a sibling script: the shapes' one home)
+from gpu_check import SHAPES  # a sibling script: the shapes live there
 
-from gyre_core.config import RunConfig  # noqa: E402
-from gyre_core.events import NullSink  # noqa: E402
-from gyre_core.runtime import run_job  # noqa: E402
-from gyre_core.runtime.ray_backend import start_ray  # noqa: E402
+from gyre_core.config import RunConfig
+from gyre_core.events import NullSink
+from gyre_core.runtime import run_job
+from gyre_core.runtime.ray_backend import start_ray
 
 
 def peak_mb() -> float:
@@ -76,8 +76,13 @@ def main() -> int:
                 },
                 "scheduler": scheduler,
                 "model": {"checkpoint": str(ckpt)} if ckpt else {},
-                "rollout": {"tasks_per_step": 1, "group_size": 2, "max_turns": 2,
-                            "max_new_tokens": 8, "benchmark_tasks": 1},  # fmt: skip
+                "rollout": {
+                    "tasks_per_step": 1,
+                    "group_size": 2,
+                    "max_turns": 2,
+                    "max_new_tokens": 8,
+                    "benchmark_tasks": 1,
+                },
             }
         )
         start_ray("", args.units, args.per_unit, 4096)
