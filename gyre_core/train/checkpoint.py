@@ -167,5 +167,14 @@ def load_checkpoint(
 
 
 def prune_checkpoints(root: str | Path, keep_last: int, keep_every: int) -> list[Path]:
-    """Placeholder until the retention rule lands: keeps everything."""
-    return []
+    """The retention rule: with ``keep_last`` > 0, delete every complete checkpoint under
+    ``root`` but the newest ``keep_last`` and those whose version is a multiple of
+    ``keep_every`` (> 0); the newest always stays. Returns the directories deleted."""
+    if keep_last < 1:
+        return []
+    found = checkpoints(root)
+    keep = {v for v, _ in found[-keep_last:]}
+    gone = [p for v, p in found if v not in keep and not (keep_every and v % keep_every == 0)]
+    for p in gone:
+        shutil.rmtree(p)
+    return gone
