@@ -16,7 +16,7 @@ from gyre_core.models.init import init_checkpoint
 from gyre_core.models.shape import ModelShape
 from gyre_core.train.checkpoint import STATE_FILE, checkpoints, prune_checkpoints
 from gyre_core.train.sharded import save_state
-from gyre_core.train.trainer import Trainer, TrainConfig
+from gyre_core.train.trainer import TrainConfig, Trainer
 
 
 @pytest.fixture(scope="module")
