@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import resource
 import sys
 import tempfile
@@ -40,14 +41,24 @@ def peak_mb() -> float:
 
 
 def model_dir(shape: str, root: Path) -> Path | None:
-    """A random-weight checkpoint of ``shape`` (None: the run builds its tiny default)."""
+    """A random-weight checkpoint of ``shape`` (None: the run builds its tiny default),
+    built in a child process so that the driver's peak memory does not count it."""
     if shape == "tiny":
         return None
+    child = multiprocessing.get_context("spawn").Process(target=_build, args=(shape, root))
+    child.start()
+    child.join()
+    if child.exitcode != 0:
+        raise SystemExit(f"building the {shape} checkpoint failed ({child.exitcode})")
+    return root / "model"
+
+
+def _build(shape: str, root: Path) -> None:
     from gyre_core.models.init import init_checkpoint
     from gyre_core.models.shape import ModelShape
 
     spec = ModelShape(1024, max_positions=4096, **SHAPES[shape])  # type: ignore[arg-type]
-    return init_checkpoint(root / "model", spec, seed=0, overwrite=True)
+    init_checkpoint(root / "model", spec, seed=0, overwrite=True)
 
 
 def main() -> int:
@@ -59,7 +70,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=1)
     ap.add_argument("--json", default="")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=Path.cwd() / ".data") as tmp:
         root = Path(tmp)
         ckpt = model_dir(args.shape, root)
         scheduler: dict[str, Any] = {"policy": args.policy, "drain_deadline_s": 0.0}
