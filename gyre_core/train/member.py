@@ -172,8 +172,9 @@ class TrainMember:
 
     def gather(self) -> dict[str, torch.Tensor] | None:
         """The full weights (a collective): on the group's first process, else None."""
-        full = self._trainer().full_state_dict()
-        return full if dist.get_rank() == 0 else None
+        first = dist.get_rank() == 0
+        full = self._trainer().full_state_dict(keep=first)
+        return full if first else None
 
     def write_weights(self, path: str) -> None:
         """The full weights as one safetensors file, written by the first process."""

@@ -198,13 +198,16 @@ class ShardedTrainer:
         dist.all_reduce(vec)
         return LossStats(*(float(x) for x in vec))
 
-    def full_state_dict(self) -> dict[str, torch.Tensor]:
-        """The full (unsharded) weights, gathered on every process (a collective: every
-        process must call it): for export and tests, never kept on a driver."""
+    def full_state_dict(self, keep: bool = True) -> dict[str, torch.Tensor]:
+        """The full (unsharded) weights, gathered one tensor at a time (a collective: every
+        process must call it); ``keep=False``: take part without keeping them (an empty
+        dict), so that only the process that returns them holds the whole model."""
         out = {}
         for name, value in self.trainer.model.state_dict().items():
             full = value.full_tensor() if isinstance(value, DTensor) else value
-            out[name] = full.detach().to("cpu", torch.float32).clone()
+            if keep:
+                out[name] = full.detach().to("cpu", torch.float32).clone()
+            del full
         return out
 
     # ------------------------------------------------------------------ elastic width
