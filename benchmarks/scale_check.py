@@ -11,8 +11,8 @@ process: the fresh tokens a step trains / the step's time / the processes.
 
 ``--recompute`` checkpoints every decoder layer's activations (transformers' activation
 checkpointing: a layer keeps its input and recomputes the rest in the backward pass). At
-Qwen3-0.6B's shape a 1,000-token sample's activations take about 4.3 GB in fp32 without
-it, more than a process's share of the state; with it, well under 1 GB. The processes
+Qwen3-0.6B's shape the fp32 activations of one 1,000-token sample outweigh a process's
+share of the state without it (2 x 2 processes then need more than 24 GiB). The processes
 take every allocation of 1 MiB or more straight from the OS (``MALLOC_MMAP_THRESHOLD_``),
 so freed activations leave the RSS instead of staying in glibc's heap.
 
