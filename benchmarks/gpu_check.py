@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from transformers import Qwen3Config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -38,6 +39,7 @@ from gyre_core.train.config import TrainConfig
 from gyre_core.train.model import build_model, tiny_qwen3_config
 from gyre_core.train.sharded import ShardedTrainer, unit_mesh
 from gyre_core.train.trainer import Trainer, TrainerOptions
+from gyre_core.trajectory.format import Rollout
 from gyre_core.trajectory.rewards import assign_weights
 from gyre_core.trajectory.stats import tree_stats
 from gyre_core.trajectory.synth import synth_rollouts
@@ -49,19 +51,39 @@ SHAPES = {
     "1.7b": dict(layers=28, hidden=2048, heads=16, kv_heads=8, head_dim=128, intermediate=6144),
     "tiny": dict(layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32, intermediate=128),
 }
+STATE_BYTES = 4 + 4 + 8  # a parameter's fp32 training state: weight, gradient, AdamW moments
 
 
-def _batch(vocab: int, quick: bool) -> list:  # type: ignore[type-arg]
+def model_config(shape: str, vocab: int) -> Qwen3Config:
+    """The transformers config of ``SHAPES[shape]`` with a vocabulary of ``vocab``."""
+    return tiny_qwen3_config(ModelShape(vocab, max_positions=16_384, **SHAPES[shape]))
+
+
+def agentic_batch(vocab: int, quick: bool, groups: int | None = None) -> list[Rollout]:
+    """The synthetic agentic batch (``agentic-cpu``), or with ``quick`` a small one (groups
+    of 4 rollouts, 4 turns, a 200-token task prompt); ``groups`` GRPO groups if given."""
     cfg = replace(CPU_WORKLOADS["agentic-cpu"], vocab_size=vocab, version=0)
     if quick:
         cfg = replace(cfg, groups=1, group_size=4, turns=4, system_tokens=200, tool_tokens=40)
+    if groups is not None:
+        cfg = replace(cfg, groups=groups)
     return list(synth_rollouts(cfg))
 
 
-def _trainer(model: torch.nn.Module, attention: str, precision: str = "fp32") -> Trainer:
+def bench_trainer(
+    model: torch.nn.Module,
+    attention: str,
+    max_tokens: int = 8192,
+    precision: str = "fp32",
+    recompute: bool = False,
+) -> Trainer:
+    """The benchmarks' trainer; ``recompute``: ``train.activation_checkpointing``."""
+    train = TrainConfig(
+        max_tokens=max_tokens, precision=precision, activation_checkpointing=recompute
+    )
     return Trainer(
         model,  # type: ignore[arg-type]
-        replace(TrainConfig(), max_tokens=8192, precision=precision),
+        train,
         staleness_bound=4,
         seed=0,
         options=TrainerOptions(attention=attention),  # type: ignore[arg-type]
@@ -77,8 +99,10 @@ def sharded_steps(args: argparse.Namespace, conf, device: torch.device, rollouts
     attn, impl = ("flex_attention", "flex") if device.type == "cuda" else ("sdpa", "dense")
     model = build_model(conf, seed=0, attn_implementation=attn).to(device)
     n_params = sum(p.numel() for p in model.parameters())
-    state_bytes = n_params * (4 + 4 + 8)  # fp32 weights, gradients, AdamW moments
-    trainer = ShardedTrainer(_trainer(model, impl, args.precision), unit_mesh(1, 1, device.type))
+    state_bytes = n_params * STATE_BYTES
+    trainer = ShardedTrainer(
+        bench_trainer(model, impl, precision=args.precision), unit_mesh(1, 1, device.type)
+    )
     packed = sum(len(s) for s in trainer.trainer.prepare(rollouts, 0))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -108,7 +132,7 @@ def sharded_steps(args: argparse.Namespace, conf, device: torch.device, rollouts
 
 
 def cpu_reference_loss(conf, rollouts) -> float:  # type: ignore[no-untyped-def]
-    trainer = _trainer(build_model(conf, seed=0, attn_implementation="sdpa"), "dense")
+    trainer = bench_trainer(build_model(conf, seed=0, attn_implementation="sdpa"), "dense")
     return trainer.step(rollouts)["loss"]
 
 
@@ -155,8 +179,8 @@ def main() -> None:
     if args.quick:
         args.shape, args.vocab, args.steps, args.precision = "tiny", 512, 2, "fp32"
     device = torch.device("cuda" if torch.cuda.is_available() and not args.quick else "cpu")
-    conf = tiny_qwen3_config(ModelShape(args.vocab, max_positions=16_384, **SHAPES[args.shape]))
-    rollouts = _batch(args.vocab, args.quick)
+    conf = model_config(args.shape, args.vocab)
+    rollouts = agentic_batch(args.vocab, args.quick)
     print(f"torch {torch.__version__}, device {device}"
           + (f" ({torch.cuda.get_device_name()})" if device.type == "cuda" else ""))  # fmt: skip
     with socket.socket() as s:
