@@ -75,6 +75,12 @@ class RunConfig:
     steps: int = config_field(8, "training steps", min=1, max=1_000_000)
     seed: int = config_field(0, "seed for tasks, sampling and initialisation", min=0)
     checkpoint_every: int = config_field(1, "steps between checkpoints", min=1)
+    checkpoint_keep_last: int = config_field(
+        0, "checkpoints kept, the newest first (0: all); the newest is never deleted", min=0
+    )
+    checkpoint_keep_every: int = config_field(
+        0, "also keep every checkpoint whose step is a multiple of this (0: none)", min=0
+    )
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
