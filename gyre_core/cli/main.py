@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from gyre_core import __version__
-from gyre_core.cli import model, run, sim, traj, warm_start
+from gyre_core.cli import export, model, run, sim, traj, warm_start
 
 
 class CliError(Exception):
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     model.register(groups)
     run.register(groups)
     warm_start.register(groups)
+    export.register(groups)
     return parser
 
 
