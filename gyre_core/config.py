@@ -76,10 +76,10 @@ class RunConfig:
     seed: int = config_field(0, "seed for tasks, sampling and initialisation", min=0)
     checkpoint_every: int = config_field(1, "steps between checkpoints", min=1)
     checkpoint_keep_last: int = config_field(
-        0, "keep the newest this many checkpoints, delete older ones (0: keep all)", min=0
+        0, "checkpoints kept, the newest first (0: all); the newest is never deleted", min=0
     )
     checkpoint_keep_every: int = config_field(
-        0, "with checkpoint_keep_last, also keep each checkpoint of a multiple of this", min=0
+        0, "also keep every checkpoint whose step is a multiple of this (0: none)", min=0
     )
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)

@@ -166,15 +166,25 @@ def load_checkpoint(
     return Checkpoint(path, trainer.version, dict(state["data_position"]), config)
 
 
-def prune_checkpoints(root: str | Path, keep_last: int, keep_every: int) -> list[Path]:
-    """The retention rule: with ``keep_last`` > 0, delete every complete checkpoint under
-    ``root`` but the newest ``keep_last`` and those whose version is a multiple of
-    ``keep_every`` (> 0); the newest always stays. Returns the directories deleted."""
-    if keep_last < 1:
-        return []
+def prune_checkpoints(root: str | Path, keep_last: int, keep_every: int = 0) -> list[Path]:
+    """Delete the complete checkpoints under ``root`` that the retention rule drops; return
+    their paths, oldest first. Kept: the newest ``keep_last`` and every one whose version is
+    a multiple of ``keep_every`` (0: none). ``keep_last`` 0 keeps all, and the newest is
+    always kept. Only ``step-<version>`` directories holding ``state.json`` count: other
+    names, hidden temporary directories and a checkpoint still being written are left alone.
+    Each is first renamed to a hidden name, so a crash mid-delete leaves no half checkpoint.
+    """
+    if keep_last < 0 or keep_every < 0:
+        raise ValueError(f"keep_last and keep_every must be >= 0, got {keep_last}, {keep_every}")
     found = checkpoints(root)
-    keep = {v for v, _ in found[-keep_last:]}
-    gone = [p for v, p in found if v not in keep and not (keep_every and v % keep_every == 0)]
-    for p in gone:
-        shutil.rmtree(p)
-    return gone
+    if keep_last == 0:
+        return []
+    newest = {v for v, _ in found[-keep_last:]}
+    drop = [
+        (v, p) for v, p in found if v not in newest and not (keep_every and v % keep_every == 0)
+    ]
+    for _, path in drop:
+        doomed = path.with_name(f".del-{path.name}-{os.getpid()}")
+        os.replace(path, doomed)
+        shutil.rmtree(doomed)
+    return [p for _, p in drop]
