@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -81,6 +80,7 @@ class UnitActor:
         self.host = ENGINES.lookup(engine).host(unit, checkpoint, work_dir)
         self.engine: Any = None
         self.member: Any = None  # the training side (train/member.py), once it trained
+        self.store: Any = None  # the rendezvous store it opened for a group it leads
 
     async def pid(self) -> int:
         return os.getpid()
@@ -135,12 +135,12 @@ class UnitActor:
     # collectives run in a worker thread, so the actor's loop keeps serving.
 
     async def rendezvous(self) -> tuple[str, int]:
-        """This node's address and a free port: where a group whose first process this
-        is meets."""
-        with socket.socket() as s:
-            s.bind(("", 0))
-            port = int(s.getsockname()[1])
-        return str(ray.util.get_node_ip_address()), port  # type: ignore[no-untyped-call]
+        """Open the rendezvous store of a group whose first process this is: this node's
+        address and the store's port (train/member.py ``open_store``)."""
+        from gyre_core.train.member import open_store
+
+        self.store = open_store()
+        return str(ray.util.get_node_ip_address()), int(self.store.port)  # type: ignore[no-untyped-call]
 
     async def form(self, cfg: RunConfig, reference: str, spec: Any) -> dict[str, float]:
         from gyre_core.train.member import TrainMember
@@ -148,7 +148,8 @@ class UnitActor:
         if self.member is None:
             self.member = TrainMember(cfg, self.checkpoint)
         self.member.reference = reference  # read when the models are built
-        return await asyncio.to_thread(self.member.form, spec)
+        store, self.store = (self.store, None) if spec.rank == 0 else (None, self.store)
+        return await asyncio.to_thread(self.member.form, spec, store)
 
     async def leave(self, offload: str = "", version: int = 0) -> dict[str, float]:
         if self.member is None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,6 +137,7 @@ class TrainGroup:
                 )
             replica, source = -1, self.source
         address, port = await new[0].procs[0].rendezvous.remote()
+        key = f"gyre-{uuid.uuid4().hex}/"  # this formation's keys in the store
         per = self.cfg.cluster.gpus_per_unit
         specs = [
             GroupSpec(
@@ -149,6 +151,7 @@ class TrainGroup:
                 path=source.path,
                 version=self.version,
                 strict=source.strict,
+                key=key,
             )
             for u in range(len(new))
             for j in range(per)

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, save_file
+from torch._C._distributed_c10d import PrefixStore, TCPStore
 from transformers import AutoModelForCausalLM
 
 from gyre_core.config import RunConfig
@@ -54,12 +55,19 @@ class GroupSpec:
     path: str = ""
     version: int = 0
     strict: bool = False  # a checkpoint of other trainer settings is refused (a resume)
+    key: str = ""  # this formation's own prefix in the rendezvous store
 
     def __post_init__(self) -> None:
         if self.source not in (KEEP, CHECKPOINT, INIT):
             raise ValueError(f"GroupSpec.source must be keep, checkpoint or init: {self.source!r}")
         if self.source == KEEP and not 0 <= self.replica < self.units:
             raise ValueError(f"GroupSpec.replica {self.replica} is not a unit of the group")
+
+
+def open_store() -> TCPStore:
+    """A rendezvous store listening on a port the system picks (held from the start, so no
+    other group on the machine can take it); its ``port`` goes to the other members."""
+    return TCPStore("0.0.0.0", 0, None, True, TIMEOUT, wait_for_workers=False)
 
 
 def device_and_backend() -> tuple[str, str]:
@@ -97,20 +105,24 @@ class TrainMember:
         trainer.version = version
         return ShardedTrainer(trainer, mesh)
 
-    def form(self, spec: GroupSpec) -> dict[str, float]:
-        """Join the group ``spec`` describes (every member calls this at once); returns
-        the seconds of its parts: ``reform_s`` (group and model rebuilt around the shards
-        kept), ``transfer_s`` (shards from a peer), ``restore_s`` (state read)."""
+    def form(self, spec: GroupSpec, store: TCPStore | None = None) -> dict[str, float]:
+        """Join the group ``spec`` describes (every member calls this at once; the first
+        passes the rendezvous ``store`` it opened, :func:`open_store`); returns the seconds
+        of its parts: ``reform_s`` (group and model rebuilt around the shards kept),
+        ``transfer_s`` (shards from a peer), ``restore_s`` (state read)."""
         t0 = time.perf_counter()
         kept = self.sharded.local_state() if self.sharded is not None else None
         self._disband()
         if self.device == "cuda":
             torch.cuda.set_device(0)  # Ray shows each process its own GPU as device 0
+        world = spec.units * spec.per_unit
+        if store is None:
+            store = TCPStore(spec.address, spec.port, world, False, TIMEOUT)
         dist.init_process_group(
             self.backend,
-            init_method=f"tcp://{spec.address}:{spec.port}",
+            store=PrefixStore(spec.key, store),
             rank=spec.rank,
-            world_size=spec.units * spec.per_unit,
+            world_size=world,
             timeout=TIMEOUT,
         )
         mesh = unit_mesh(spec.units, spec.per_unit, self.device)

@@ -241,23 +241,27 @@ class ShardedTrainer:
     def broadcast_from(self, replica: int) -> None:
         """Every process takes the weights and AdamW state of the process at its own shard
         coordinate in unit ``replica`` (a collective over the ``replicate`` dimension): a
-        unit that joins receives the state its peers hold."""
+        unit that joins receives the state its peers hold. The source's moment layout
+        (which parameters have which moments) goes first, so that every process sends and
+        receives the same tensors in the same order."""
         t = self.trainer
         group = self.mesh.get_group("replicate")
         src = dist.get_global_rank(group, replica)
-        flag = torch.tensor([float(bool(t.optimizer.state))])
-        dist.broadcast(flag, src=src, group=group)
-        if flag.item() and not t.optimizer.state:  # the moments exist on the source
-            for _, p in t.params:
+        mine = {n: sorted(t.optimizer.state[p]) for n, p in t.params if t.optimizer.state.get(p)}
+        layout = [mine]
+        dist.broadcast_object_list(layout, src=src, group=group)
+        keys: dict[str, list[str]] = layout[0]
+        for n, p in t.params:  # the source's layout: moments made or dropped to match it
+            if n not in keys:
+                t.optimizer.state.pop(p, None)
+            elif sorted(t.optimizer.state.get(p, {})) != keys[n]:
                 t.optimizer.state[p] = {
-                    "step": torch.tensor(0.0),
-                    "exp_avg": torch.zeros_like(p),
-                    "exp_avg_sq": torch.zeros_like(p),
+                    k: torch.tensor(0.0) if k == "step" else torch.zeros_like(p) for k in keys[n]
                 }
         with torch.no_grad():
-            for _, p in t.params:
+            for n, p in t.params:
                 dist.broadcast(_local(p), src=src, group=group)
-                for k in sorted(t.optimizer.state.get(p, {})):
+                for k in keys.get(n, []):
                     dist.broadcast(_local(t.optimizer.state[p][k]), src=src, group=group)
 
     def load_full_weights(self, state: dict[str, Any]) -> None:
