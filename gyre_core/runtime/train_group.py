@@ -125,8 +125,9 @@ class TrainGroup:
             self.members = []
             await asyncio.gather(*(p.leave.remote() for s in leaving for p in s.procs))
             return parts
-        if staying:
-            replica = next(i for i, s in enumerate(new) if s in staying)
+        if staying:  # a joining unit takes the state of the first that stays
+            joins = any(s not in staying for s in new)
+            replica = next(i for i, s in enumerate(new) if s in staying) if joins else -1
             source = Source(KEEP)
         else:
             if self.source.version != self.version:

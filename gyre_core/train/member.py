@@ -40,7 +40,8 @@ TIMEOUT = timedelta(seconds=300)  # a collective whose peer is gone fails after 
 @dataclass(frozen=True, slots=True)
 class GroupSpec:
     """One process's place in a group to form. ``source``: ``keep`` (processes with state
-    keep it, the others receive it from unit ``replica`` of the new group), ``checkpoint``
+    keep it; when a unit joins, every process receives the state of unit ``replica`` of the
+    new group, -1 when none joins), ``checkpoint``
     (every process reads the sharded checkpoint ``path``) or ``init`` (the model folder's
     weights, or the full weights file ``path`` when given). ``version``: the policy
     version of that state."""
@@ -60,7 +61,7 @@ class GroupSpec:
     def __post_init__(self) -> None:
         if self.source not in (KEEP, CHECKPOINT, INIT):
             raise ValueError(f"GroupSpec.source must be keep, checkpoint or init: {self.source!r}")
-        if self.source == KEEP and not 0 <= self.replica < self.units:
+        if self.source == KEEP and not -1 <= self.replica < self.units:
             raise ValueError(f"GroupSpec.replica {self.replica} is not a unit of the group")
 
 
@@ -133,8 +134,9 @@ class TrainMember:
             if kept is not None:
                 self.sharded.set_local_state(kept)
             parts["reform_s"] = t1 - t0
-            self.sharded.broadcast_from(spec.replica)
-            parts["transfer_s"] = time.perf_counter() - t1
+            if spec.replica >= 0:  # a unit joins: every process takes the replica's state
+                self.sharded.broadcast_from(spec.replica)
+                parts["transfer_s"] = time.perf_counter() - t1
         elif spec.source == CHECKPOINT:
             parts["reform_s"] = t1 - t0
             self.sharded.load(Path(spec.path), strict=spec.strict)

@@ -258,11 +258,19 @@ class ShardedTrainer:
                 t.optimizer.state[p] = {
                     k: torch.tensor(0.0) if k == "step" else torch.zeros_like(p) for k in keys[n]
                 }
-        with torch.no_grad():
-            for n, p in t.params:
-                dist.broadcast(_local(p), src=src, group=group)
-                for k in keys.get(n, []):
-                    dist.broadcast(_local(t.optimizer.state[p][k]), src=src, group=group)
+        tensors = []
+        for n, p in t.params:
+            tensors.append(_local(p))
+            tensors += [_local(t.optimizer.state[p][k]) for k in keys.get(n, [])]
+        with torch.no_grad():  # one buffer per dtype: a few collectives, whatever the model
+            for dtype in sorted({x.dtype for x in tensors}, key=str):
+                part = [x for x in tensors if x.dtype == dtype]
+                flat = torch.cat([x.reshape(-1) for x in part])
+                dist.broadcast(flat, src=src, group=group)
+                for x, piece in zip(
+                    part, torch.split(flat, [x.numel() for x in part]), strict=True
+                ):
+                    x.copy_(piece.view_as(x))
 
     def load_full_weights(self, state: dict[str, Any]) -> None:
         """Take full (unsharded) weights, the same on every process, into the shards
