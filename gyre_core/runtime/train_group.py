@@ -27,7 +27,7 @@ from typing import Any
 import ray
 
 from gyre_core.config import RunConfig
-from gyre_core.train.losses import LossStats, count_fresh
+from gyre_core.train.losses import count_fresh
 from gyre_core.train.member import CHECKPOINT, INIT, KEEP, GroupSpec
 from gyre_core.train.trainer import BatchPlan, shard_by_tokens
 from gyre_core.trajectory.format import Rollout
@@ -216,7 +216,7 @@ class TrainGroup:
             total = count_fresh(samples, version, self.staleness_bound)
             if total == 0:
                 self.version += 1  # the run moves on
-                return self._skipped(samples, version)
+                return self.plan.skipped(samples, version)
             procs = self._procs()
             shards = shard_by_tokens(samples, len(procs))
             rounds = max(len(x) for x in shards)
@@ -229,14 +229,6 @@ class TrainGroup:
             self.version += 1
             out: dict[str, float] = outs[0]
             return {**out, "version": float(self.version)}
-
-    def _skipped(self, samples: list[PackedSample], version: int) -> dict[str, float]:
-        from gyre_core.train.losses import fresh_mask
-
-        stats = LossStats(samples=float(len(samples)))
-        for s in samples:
-            stats.stale_dropped += fresh_mask(s, version, self.staleness_bound)[1]
-        return {**stats.summary(self.config.kl_coef), "skipped": 1.0}
 
     async def sft(self, samples: list[PackedSample], lr: float) -> float:
         """One supervised step on ``samples`` at ``lr``; its mean loss."""

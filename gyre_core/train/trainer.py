@@ -133,6 +133,14 @@ class BatchPlan:
                     )
         return self.config.weighting.trees(rollouts)
 
+    def skipped(self, samples: Sequence[PackedSample], current_version: int) -> dict[str, float]:
+        """The metrics of a step whose batch has no token fresh enough to train: the
+        weights and the version stay as they were."""
+        stats = LossStats(samples=float(len(samples)))
+        for s in samples:
+            stats.stale_dropped += fresh_mask(s, current_version, self.staleness_bound)[1]
+        return {**stats.summary(self.config.kl_coef), "skipped": 1.0}
+
 
 class Trainer:
     """Trains ``model`` (a transformers causal LM) on rollouts; see the module docstring.
@@ -388,12 +396,8 @@ class Trainer:
         return {**stats.summary(self.config.kl_coef), **self.apply(grads), "skipped": 0.0}
 
     def skipped(self, samples: Sequence[PackedSample], current_version: int) -> dict[str, float]:
-        """The metrics of a step whose batch has no token fresh enough to train: the
-        weights and the version stay as they were."""
-        stats = LossStats(samples=float(len(samples)))
-        for s in samples:
-            stats.stale_dropped += fresh_mask(s, current_version, self.staleness_bound)[1]
-        return {**stats.summary(self.config.kl_coef), "skipped": 1.0}
+        """The metrics of a step with nothing fresh to train (:meth:`BatchPlan.skipped`)."""
+        return self.plan.skipped(samples, current_version)
 
     # ------------------------------------------------------------------ warm start
 
