@@ -169,12 +169,12 @@ def earlier_runs(path: str) -> list[tuple[dict[str, Any], Path, Path]]:
 
 
 def _weights(path: Path) -> dict[str, Any]:
-    """The weights of a run's checkpoint (a sharded one) or of a weights file."""
+    """The weights of a run's checkpoint (sharded or plain) or of a weights file."""
     from safetensors.torch import load_file
 
-    from gyre_core.train.sharded import read_checkpoint
+    from gyre_core.train.export import checkpoint_weights
 
-    return load_file(str(path)) if path.is_file() else read_checkpoint(path)["model"]
+    return load_file(str(path)) if path.is_file() else checkpoint_weights(path)
 
 
 def weights_diff(a: Path, b: Path) -> str:

@@ -59,6 +59,20 @@ def checkpoint_format(path: Path) -> str | None:
     return None
 
 
+def checkpoint_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
+    """The model weights of a checkpoint of either format, by parameter name, read whole in
+    this process (for tools and benchmarks; no model folder needed)."""
+    kind = checkpoint_format(checkpoint)
+    if kind == "plain":
+        return load_file(str(checkpoint / WEIGHTS_FILE))
+    if kind == "sharded":
+        from gyre_core.train.sharded import read_checkpoint
+
+        weights: dict[str, torch.Tensor] = read_checkpoint(checkpoint)["model"]
+        return weights
+    raise ValueError(f"{checkpoint}: not a checkpoint (no {DCP_METADATA} or {WEIGHTS_FILE})")
+
+
 def latest_exportable(root: Path) -> Path | None:
     """The complete checkpoint (``state.json`` present) of the highest version under
     ``root`` whose weights either format holds, or ``None``."""

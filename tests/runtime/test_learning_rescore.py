@@ -43,8 +43,9 @@ def _earlier_run(tmp_path: Path) -> Path:
 
 
 def _rescore(earlier: Path, out: Path, *args: str) -> list[dict]:  # type: ignore[type-arg]
-    subprocess.run([sys.executable, str(SCRIPT), "--rescore", str(earlier), "--out", str(out),
-                    *args], cwd=ROOT, capture_output=True, text=True, check=True, timeout=300)  # fmt: skip
+    p = subprocess.run([sys.executable, str(SCRIPT), "--rescore", str(earlier), "--out", str(out),
+                        *args], cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(out.read_text())  # type: ignore[no-any-return]
 
 

@@ -21,7 +21,7 @@ from gyre_core.cli.main import main
 from gyre_core.models.init import init_checkpoint
 from gyre_core.models.shape import ModelShape
 from gyre_core.train.checkpoint import save_checkpoint
-from gyre_core.train.export import export_hf
+from gyre_core.train.export import checkpoint_weights, export_hf
 from gyre_core.train.sharded import ShardedTrainer, unit_mesh
 from tests.train.test_sharded import _batch, _free_port
 from tests.train.test_trainer import make_trainer
@@ -119,6 +119,17 @@ def test_a_plain_checkpoint_exports_too(run, tmp_path) -> None:  # type: ignore[
     assert got.dtype == torch.float16
     want = {k: v.to(torch.float16) for k, v in trainer.model.state_dict().items()}
     assert all(torch.equal(v, want[k]) for k, v in got.state_dict().items())
+
+
+def test_checkpoint_weights_reads_either_format_whole(run, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    sharded = checkpoint_weights(run / "checkpoints" / "step-00000002")
+    full = torch.load(run / "full-2.pt")
+    assert sharded.keys() == full.keys() and all(torch.equal(sharded[k], full[k]) for k in full)
+    trainer = make_trainer(AutoModelForCausalLM.from_pretrained(str(run / "model")))
+    plain = checkpoint_weights(save_checkpoint(tmp_path / "checkpoints", trainer))
+    assert all(torch.equal(plain[k], v) for k, v in trainer.model.state_dict().items())
+    with pytest.raises(ValueError, match="not a checkpoint"):
+        checkpoint_weights(run / "checkpoints")
 
 
 def test_export_refuses_a_model_of_another_shape_and_an_occupied_out(run, tmp_path) -> None:  # type: ignore[no-untyped-def]
