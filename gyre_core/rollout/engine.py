@@ -148,9 +148,10 @@ def _vllm_check() -> None:
 
 
 def _vllm_settings(cfg: Any, model_dir: Path, cuda: bool) -> Any:
+    from gyre_core.rollout.vllm_env import DEFAULT_VENV, venv_target
     from gyre_core.rollout.vllm_settings import resolve
 
-    return resolve(cfg, model_dir, cuda)
+    return resolve(cfg, model_dir, cuda, venv_target(DEFAULT_VENV))
 
 
 # torch: an in-process TorchEngine; vllm: a vLLM server per rollout unit with the run's

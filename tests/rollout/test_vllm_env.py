@@ -99,3 +99,31 @@ def test_vllm_tests_skip_without_venv_but_fail_when_required(
     good = _fake_venv(tmp_path / "good", vllm_env.wanted_pins())
     monkeypatch.setattr(vllm_env, "DEFAULT_VENV", good)
     _require_vllm()  # ready: neither skips nor fails
+
+
+def test_a_cuda_venv_is_upstream_vllm_and_a_run_refuses_the_wrong_target(tmp_path: Path) -> None:
+    cuda = _fake_venv(tmp_path / "cuda", vllm_env.wanted_pins("cuda"))
+    cpu = _fake_venv(tmp_path / "cpu", vllm_env.wanted_pins("cpu"))
+    assert (vllm_env.venv_target(cuda), vllm_env.venv_target(cpu)) == ("cuda", "cpu")
+    assert vllm_env.is_ready(cuda) and vllm_env.venv_target(tmp_path / "none") is None
+    pip = ["py", "-m", "pip"]
+    (install,) = vllm_env.install_steps(pip, "cuda")
+    assert install[0] == [*pip, "install", vllm_env.VLLM_CUDA]  # no CPU torch, no constraints
+    assert [c[0][3] for c in vllm_env.install_steps(pip, "cpu")] == ["install", "uninstall"]
+    with pytest.raises(vllm_env.VLLMEnvError, match="target must be one of cpu, cuda"):
+        vllm_env.ensure(tmp_path / "x", target="rocm")
+    # ensure for the other target does not take the stamp as done (it would need python)
+    with pytest.raises(vllm_env.VLLMEnvError, match="no 'no-such-python-here'"):
+        vllm_env.ensure(cpu, python="no-such-python-here", target="cuda")
+
+    from gyre_core.config import ConfigError, RunConfig
+    from gyre_core.rollout.vllm_settings import resolve
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"num_attention_heads": 2, "head_dim": 32,
+        "hidden_size": 64, "num_hidden_layers": 1, "max_position_embeddings": 512}))  # fmt: skip
+    with pytest.raises(ConfigError) as info:
+        resolve(RunConfig(), model, cuda=True, venv="cpu")
+    assert "ensure --target cuda" in dict(info.value.errors)["model.engine"]
+    assert resolve(RunConfig(), model, cuda=False, venv="cpu").cuda is False
