@@ -315,8 +315,8 @@ def test_a_bucketed_update_serves_the_new_weights_as_a_reload_does(
     engine = VLLMEngine(server.base_url)
     sender = ShmSender()
     states = [load_file(str(c / "model.safetensors")) for c in ckpts]
-    buckets = plan(states[1], "float32", 16 * 1024)  # a layer spans ~9 buckets
-    assert len(buckets) > 20  # the files are reused while a layer is still incomplete
+    buckets = plan(states[1], "float32", 16 * 1024)  # each layer, module alone
+    assert len(buckets) >= 5  # the two files are reused within an update
 
     async def run() -> tuple[Completion, str | None, Completion]:
         await engine.update_weights(lambda: sender.send(states[1], buckets, engine.post), 9)

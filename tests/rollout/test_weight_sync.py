@@ -15,6 +15,7 @@ from gyre_core.rollout.vllm_ext.gyre_weights import (
     ALIGN,
     Entry,
     bucket_bytes,
+    group_of,
     pack,
     plan_buckets,
     unpack,
@@ -51,6 +52,22 @@ def test_buckets_are_bounded_aligned_and_in_order() -> None:
         Entry.from_wire(["x", "int64", [2], 0])
     with pytest.raises(ValueError, match="outside"):
         list(unpack(torch.zeros(8, dtype=torch.uint8), [Entry("x", "float32", (4,), 0)]))
+
+
+def test_a_decoder_layer_or_module_is_never_split() -> None:
+    names = ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+             "model.layers.0.mlp.up_proj.weight", "model.layers.1.self_attn.q_proj.weight",
+             "model.layers.1.input_layernorm.weight", "model.norm.weight", "lm_head.weight"]  # fmt: skip
+    assert group_of(names[1]) == group_of(names[2]) == "model.layers.0"
+    assert group_of(names[0]) == "model.embed_tokens" and group_of(names[-1]) == "lm_head"
+    buckets = plan_buckets(((n, (16, 16)) for n in names), "float32", 1500)  # 1 kB a tensor
+    assert [[e.name for e in b] for b in buckets] == [
+        names[:1],
+        names[1:3],
+        names[3:5],
+        names[5:6],
+        names[6:],
+    ]  # a layer's two tensors (2 kB) are larger than a bucket: together all the same
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

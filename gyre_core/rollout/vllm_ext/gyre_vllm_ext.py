@@ -5,10 +5,10 @@ An update is ``gyre_begin_update()``, one ``gyre_load_bucket(spec)`` per bucket 
 layout: ``gyre_weights``), then ``gyre_end_update()``: vLLM's layer-wise reload, the one its
 ``reload_weights`` runs, fed from buckets instead of files. Begin restores the layers'
 checkpoint-format parameters (a CPU linear layer keeps its weights repacked for its kernel);
-each bucket's tensors are read from a shared-memory file (mapped) by the model's own
-``load_weights`` (fusing q/k/v and gate/up as for a checkpoint), and a
-layer whose weights are all in is processed into its kernel format at once; end processes
-whatever is left. ``spec`` is a JSON string ``{"path": file, "size": bytes, "entries":
+each bucket's tensors are read from a shared-memory file (mapped) and copied for the
+model's own ``load_weights`` (fusing q/k/v and gate/up as for a checkpoint), and a
+layer whose weights are all in is processed into its kernel format; end processes whatever
+is left. ``spec`` is a JSON string ``{"path": file, "size": bytes, "entries":
 [[name, dtype, shape, offset], ...]}``; a bucket returns the number of tensors it loaded.
 
 This module runs in the vLLM server's worker, with that environment's packages: torch and
@@ -42,7 +42,8 @@ class GyreWorkerExtension:
         bucket = [Entry.from_wire(item) for item in data["entries"]]
         buf = torch.from_file(data["path"], shared=True, size=int(data["size"]), dtype=torch.uint8)
         model = self.model_runner.model  # type: ignore[attr-defined]
-        # copies: a layer split over buckets holds its first tensors until its last arrive,
-        # and the sender reuses this file two buckets on
+        # copies: vLLM's layer-wise reload may keep a loaded tensor until the update ends
+        # (seen: views of a reused file came out corrupted), and the sender reuses this file
+        # two buckets on
         model.load_weights(weights=((name, t.clone()) for name, t in unpack(buf, bucket)))
         return len(bucket)

@@ -55,24 +55,43 @@ def _aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
+def group_of(name: str) -> str:
+    """The tensors that travel in one bucket: a decoder layer's (``...layers.<n>``), else
+    a module's (the name without its last part)."""
+    parts = name.split(".")
+    for i, part in enumerate(parts[:-1]):
+        if part == "layers" and parts[i + 1].isdigit():
+            return ".".join(parts[: i + 2])
+    return ".".join(parts[:-1])
+
+
 def plan_buckets(
     shapes: Iterable[tuple[str, tuple[int, ...]]], dtype: str, bucket_bytes: int
 ) -> list[list[Entry]]:
-    """Buckets of the named shapes, in order, each at most ``bucket_bytes`` unless one
-    tensor alone is larger."""
+    """Buckets of the named shapes, in order, each at most ``bucket_bytes`` unless one group
+    (:func:`group_of`) alone is larger. A group is never split: a layer's weights arrive
+    together, and the engine can process the layer as soon as its bucket is in."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if bucket_bytes <= 0:
         raise ValueError(f"bucket_bytes must be > 0, got {bucket_bytes}")
+    groups: list[list[tuple[str, tuple[int, ...]]]] = []
+    for name, shape in shapes:
+        if groups and group_of(groups[-1][-1][0]) == group_of(name):
+            groups[-1].append((name, tuple(shape)))
+        else:
+            groups.append([(name, tuple(shape))])
     buckets: list[list[Entry]] = [[]]
     used = 0
-    for name, shape in shapes:
-        entry = Entry(name, dtype, tuple(shape), 0)
-        if buckets[-1] and used + entry.nbytes > bucket_bytes:
+    for group in groups:
+        size = sum(_aligned(Entry(n, dtype, s, 0).nbytes) for n, s in group)
+        if buckets[-1] and used + size > bucket_bytes:
             buckets.append([])
             used = 0
-        buckets[-1].append(Entry(name, dtype, tuple(shape), used))
-        used = _aligned(used + entry.nbytes)
+        for name, shape in group:
+            entry = Entry(name, dtype, shape, used)
+            buckets[-1].append(entry)
+            used = _aligned(used + entry.nbytes)
     return [b for b in buckets if b]
 
 
