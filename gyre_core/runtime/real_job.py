@@ -212,7 +212,7 @@ async def _run(
 
 
 async def _make_units(
-    cfg: RunConfig, model_dir: Path, workdir: Path, settings: Any
+    cfg: RunConfig, model_dir: Path, workdir: Path, settings: Any = None
 ) -> list[UnitSlot]:
     """The run's units (idle, bound for rollout): ``cluster.gpus_per_unit`` actors each,
     placed together on one node (a placement group per unit; ``num_gpus`` per process on a
