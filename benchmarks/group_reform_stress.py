@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gyre_core.config import RunConfig
 from gyre_core.runtime.ray_backend import start_ray
 from gyre_core.runtime.real_job import _make_units, release_units
-from gyre_core.runtime.train_group import TrainGroup
+from gyre_core.runtime.train_group import TrainGroup, fetch_weights
 from gyre_core.train.trainer import Trainer
 from tests.train.test_trainer import sample_rollouts, tiny_model
 
@@ -58,7 +58,7 @@ async def _stress(cfg: RunConfig, work: Path, rounds: int, deadline: float) -> t
             print(f"round {r + 1}/{rounds}: version {group.version}", flush=True)
         if not group.wanted:
             await group.resize([slots[0]])
-        weights = ray.get(await group.weights())
+        weights = fetch_weights(await group.weights())
     finally:
         release_units(slots)
     return weights, parts

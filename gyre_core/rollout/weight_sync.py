@@ -25,8 +25,7 @@ import pickle
 import shutil
 import tempfile
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,17 +37,27 @@ SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gette
 Post = Callable[[str, Any], Awaitable[Any]]  # (path, JSON body) -> the answer's JSON
 
 
-@dataclass(frozen=True, slots=True)
-class SyncStats:
-    """One update: ``buckets`` sent, ``bytes`` in the served dtype, ``seconds`` in all."""
-
-    buckets: int
-    bytes: int
-    seconds: float
-
-
 def plan(state: Mapping[str, torch.Tensor], dtype: str, max_bytes: int) -> list[list[Entry]]:
     return plan_buckets(((k, tuple(v.shape)) for k, v in state.items()), dtype, max_bytes)
+
+
+Pairs = AsyncIterator[tuple[Mapping[str, torch.Tensor], list[Entry]]]
+
+
+async def of_state(state: Mapping[str, torch.Tensor], buckets: list[list[Entry]]) -> Pairs:
+    """A whole state's buckets, with the state each is packed from."""
+    for bucket in buckets:
+        yield state, bucket
+
+
+async def of_chunks(
+    chunks: AsyncIterator[Mapping[str, torch.Tensor]], dtype: str, max_bytes: int
+) -> Pairs:
+    """The buckets of a state that arrives in chunks (the training group's buckets), each
+    chunk planned as it comes: no more than one chunk is held at a time."""
+    async for chunk in chunks:
+        for bucket in plan(chunk, dtype, max_bytes):
+            yield chunk, bucket
 
 
 class ShmSender:
@@ -73,11 +82,19 @@ class ShmSender:
 
     async def send(
         self, state: Mapping[str, torch.Tensor], buckets: list[list[Entry]], post: Post
-    ) -> None:
+    ) -> int:
+        """Send ``state`` in ``buckets``; the bytes sent."""
+        return await self.send_pairs(of_state(state, buckets), post)
+
+    async def send_pairs(self, pairs: Pairs, post: Post) -> int:
+        """Send each ``(state, bucket)`` as it comes; the bytes sent."""
         pending: asyncio.Task[Any] | None = None
+        sent = 0
         await post("/collective_rpc", {"method": "gyre_begin_update"})
         try:
-            for k, bucket in enumerate(buckets):
+            k = -1
+            async for state, bucket in pairs:
+                k += 1
                 i, size = k % 2, bucket_bytes(bucket)
                 buf = self._buffer(i, size)  # the other one may be in the worker's hands
                 await asyncio.to_thread(pack, state, bucket, buf)
@@ -90,12 +107,14 @@ class ShmSender:
                 }
                 body = {"method": "gyre_load_bucket", "args": [json.dumps(spec)]}
                 pending = asyncio.ensure_future(post("/collective_rpc", body))
+                sent += sum(e.nbytes for e in bucket)
             if pending is not None:
                 await pending
             await post("/collective_rpc", {"method": "gyre_end_update"})
         finally:
             if pending is not None and not pending.done():
                 pending.cancel()
+        return sent
 
     def close(self) -> None:
         self._bufs = [None, None]
@@ -113,7 +132,10 @@ class CudaIpcSender:
 
     async def send(
         self, state: Mapping[str, torch.Tensor], buckets: list[list[Entry]], post: Post
-    ) -> None:
+    ) -> int:
+        return await self.send_pairs(of_state(state, buckets), post)
+
+    async def send_pairs(self, pairs: Pairs, post: Post) -> int:
         from torch.multiprocessing.reductions import reduce_tensor
 
         if not self._initialised:
@@ -121,7 +143,8 @@ class CudaIpcSender:
             self._initialised = True
         uuid_ = str(torch.cuda.get_device_properties(self.device).uuid)
         await post("/start_weight_update", None)
-        for bucket in buckets:
+        sent = 0
+        async for state, bucket in pairs:
             buf = torch.empty(bucket_bytes(bucket), dtype=torch.uint8, device=self.device)
             pack(state, bucket, buf)
             torch.cuda.synchronize(self.device)
@@ -137,5 +160,7 @@ class CudaIpcSender:
                 "ipc_handles_pickled": base64.b64encode(pickle.dumps(handles)).decode(),
             }
             await post("/update_weights", {"update_info": info})
+            sent += sum(e.nbytes for e in bucket)
             del buf, views  # the worker copied it: the next bucket may take its memory
         await post("/finish_weight_update", {})
+        return sent

@@ -17,6 +17,7 @@ import asyncio
 import os
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,20 @@ def start_ray(address: str, units: int, gpus_per_unit: int, object_store_mb: int
         log_to_driver=False,
     )
     return True
+
+
+async def _whole(state: Any) -> Any:
+    """A state dict (or None) as it is, or the whole state of a list of bucket references."""
+    if not isinstance(state, list):
+        return state
+    chunks = await asyncio.gather(*state)
+    return {k: v for chunk in chunks for k, v in chunk.items()}
+
+
+async def _stream(refs: list[Any]) -> AsyncIterator[dict[str, torch.Tensor]]:
+    """The buckets of a list of references, each fetched as it is wanted."""
+    for ref in refs:
+        yield await ref
 
 
 def _parts(host: Any, whole: dict[str, float]) -> dict[str, float]:
@@ -105,7 +120,7 @@ class UnitActor:
         """Serve ``state``; the seconds of the parts a host times (a vLLM unit: a server's
         start, or its wake and weight update), else ``engine_start_s`` for the whole."""
         t0 = time.perf_counter()
-        self.engine = await self.host.start(state, version, max_batch)
+        self.engine = await self.host.start(await _whole(state), version, max_batch)
         return _parts(self.host, {"engine_start_s": time.perf_counter() - t0})
 
     async def stop_engine(self) -> dict[str, float]:
@@ -134,8 +149,14 @@ class UnitActor:
         if self.engine is not None:
             await self.engine.resume()
 
-    async def publish(self, state: dict[str, torch.Tensor], version: int) -> None:
-        await self.host.publish(state, version)
+    async def publish(self, state: Any, version: int) -> None:
+        """New weights: a state dict, or the training group's bucket references, which a
+        host that takes buckets (``streams``) receives one at a time as they arrive."""
+        host: Any = self.host
+        if isinstance(state, list) and getattr(host, "streams", False):
+            await host.publish(_stream(state), version)
+        else:
+            await self.host.publish(await _whole(state), version)
 
     async def load(self) -> EngineLoad:
         if self.engine is None:
@@ -177,8 +198,10 @@ class UnitActor:
     async def sft(self, mine: list[Any], rounds: int, targets: int, lr: float) -> dict[str, float]:
         return await asyncio.to_thread(self._member().sft, mine, rounds, targets, lr)
 
-    async def gather(self) -> dict[str, torch.Tensor] | None:
-        return await asyncio.to_thread(self._member().gather)
+    async def gather(self, bucket_bytes: int) -> list[Any] | None:
+        """The group's weights put in Ray's object store a bucket at a time (a collective);
+        the references on the group's first process."""
+        return await asyncio.to_thread(self._member().gather_buckets, bucket_bytes)
 
     async def write_weights(self, path: str) -> None:
         await asyncio.to_thread(self._member().write_weights, path)

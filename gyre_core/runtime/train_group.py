@@ -249,13 +249,17 @@ class TrainGroup:
         async with self.lock:
             return await self._all([getattr(p, method).remote(*args) for p in self._procs()])
 
-    async def weights(self) -> Any:
-        """The full weights in Ray's object store, gathered by the group (a collective);
-        the reference is the driver's to pass on, the value never enters the driver."""
+    async def weights(self, bucket_bytes: int = 0) -> list[Any]:
+        """The full weights in Ray's object store, gathered by the group a bucket at a time
+        (a collective; ``engine.bucket_mb`` each: no process holds the whole model): the
+        buckets' references, in order, for the driver to pass on; the values never enter
+        the driver (:func:`fetch_weights` joins them where a whole state is wanted).
+        ``bucket_bytes``: another bucket size than the config's."""
+        bucket = bucket_bytes or self.cfg.engine.bucket_mb * 1024 * 1024
         async with self.lock:
-            refs = [p.gather.remote() for p in self._procs()]
-            await self._all([_ready(refs[0]), *refs[1:]])
-        return refs[0]
+            outs = await self._all([p.gather.remote(bucket) for p in self._procs()])
+        refs: list[Any] = outs[0]
+        return refs
 
     async def save(self, path: Path) -> None:
         """A sharded checkpoint of the current state (written by every process)."""
@@ -279,6 +283,12 @@ class TrainGroup:
     async def write_weights(self, path: Path) -> None:
         """The full weights as one file (the first process writes it)."""
         await self.call_all("write_weights", str(path))
+
+
+def fetch_weights(refs: list[Any]) -> dict[str, Any]:
+    """The whole state of :meth:`TrainGroup.weights`' buckets, fetched into this process
+    (for tools and tests; a run never does this in its driver)."""
+    return {k: v for chunk in ray.get(refs) for k, v in chunk.items()}
 
 
 async def _ready(ref: Any) -> None:

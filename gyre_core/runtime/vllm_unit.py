@@ -34,6 +34,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -43,8 +44,9 @@ from gyre_core.rollout import vllm_env
 from gyre_core.rollout.vllm_engine import VLLMEngine
 from gyre_core.rollout.vllm_server import VLLMServer
 from gyre_core.rollout.vllm_settings import VLLMSettings
-from gyre_core.rollout.weight_sync import SHM_DIR, CudaIpcSender, ShmSender, plan
+from gyre_core.rollout.weight_sync import SHM_DIR, CudaIpcSender, ShmSender, of_chunks
 
+State = dict[str, torch.Tensor] | AsyncIterator[dict[str, torch.Tensor]]
 # Not the weights: copied from the base checkpoint into every weights directory.
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".safetensors.index.json")
 STARTUP_TIMEOUT_S = 600.0  # several servers starting at once on a small, busy CPU machine
@@ -222,15 +224,20 @@ class VLLMUnit:
         self._log(event="wake", version=version, seconds=round(t2 - t0, 3))
         return self.engine
 
-    async def publish(self, state: dict[str, torch.Tensor], version: int) -> None:
-        """Put ``state`` into the running server and tag later tokens ``version`` (paused,
-        requests kept: :meth:`VLLMEngine.update_weights`); nothing while it sleeps (waking
-        publishes)."""
+    streams = True  # publish takes a state that arrives in chunks (the group's buckets)
+
+    async def publish(self, state: State, version: int) -> None:
+        """Put ``state`` (a state dict, or its chunks as they arrive) into the running server
+        and tag later tokens ``version`` (paused, requests kept:
+        :meth:`VLLMEngine.update_weights`); nothing while it sleeps (waking publishes).
+        Bucketed, each chunk is sent as it comes and dropped; the disk path joins them."""
         if self.engine is None or self.asleep:
             return
         t0 = time.perf_counter()
         engine = self.engine
         if self.settings.weight_sync == "disk":
+            if not isinstance(state, dict):
+                state = {k: v async for chunk in state for k, v in chunk.items()}
             out = self.work_dir / f"weights-v{version}"
             new = await asyncio.to_thread(write_weights, state, self.checkpoint, out)
             old, self.weights = self.weights, new
@@ -239,10 +246,16 @@ class VLLMUnit:
                 shutil.rmtree(old, ignore_errors=True)
             nbytes = sum(v.numel() * v.element_size() for v in state.values())
         else:
-            buckets = plan(state, self.settings.dtype, self.settings.bucket_bytes)
+            chunks = _chunks(state)
+            pairs = of_chunks(chunks, self.settings.dtype, self.settings.bucket_bytes)
             sender = self._bucket_sender()
-            await engine.update_weights(lambda: sender.send(state, buckets, engine.post), version)
-            nbytes = sum(e.nbytes for b in buckets for e in b)
+            sent: list[int] = []
+
+            async def load() -> None:
+                sent.append(await sender.send_pairs(pairs, engine.post))
+
+            await engine.update_weights(load, version)
+            nbytes = sent[0]
         seconds = time.perf_counter() - t0
         served = await engine.weight_version()
         self._log(
@@ -292,6 +305,14 @@ class VLLMUnit:
         if self.weights is not None:
             shutil.rmtree(self.weights, ignore_errors=True)
             self.weights = None
+
+
+async def _chunks(state: State) -> AsyncIterator[dict[str, torch.Tensor]]:
+    if isinstance(state, dict):
+        yield state
+    else:
+        async for chunk in state:
+            yield chunk
 
 
 def _base_weights(checkpoint: Path) -> dict[str, torch.Tensor]:

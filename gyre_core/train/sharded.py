@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import astuple, dataclass
 from pathlib import Path
 from typing import Any
@@ -202,13 +202,16 @@ class ShardedTrainer:
         """The full (unsharded) weights, gathered one tensor at a time (a collective: every
         process must call it); ``keep=False``: take part without keeping them (an empty
         dict), so that only the process that returns them holds the whole model."""
-        out = {}
+        return dict(self.iter_full(keep))
+
+    def iter_full(self, keep: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
+        """Each full weight in turn, on the CPU in float32, gathered as it is reached (a
+        collective: every process iterates to the end; ``keep=False`` yields nothing)."""
         for name, value in self.trainer.model.state_dict().items():
             full = value.full_tensor() if isinstance(value, DTensor) else value
             if keep:
-                out[name] = full.detach().to("cpu", torch.float32).clone()
+                yield name, full.detach().to("cpu", torch.float32).clone()
             del full
-        return out
 
     # ------------------------------------------------------------------ elastic width
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from gyre_core.rollout.vllm_ext.gyre_weights import (
     plan_buckets,
     unpack,
 )
-from gyre_core.rollout.weight_sync import ShmSender, plan
+from gyre_core.rollout.weight_sync import ShmSender, of_chunks, plan
 
 
 def _state() -> dict[str, torch.Tensor]:
@@ -109,3 +110,18 @@ def test_the_shm_sender_pipelines_buckets_through_two_files() -> None:
     assert calls.count("gyre_load_bucket") == 2 * len(buckets) > 4
     assert all(torch.equal(got[k], v) for k, v in changed.items())
     assert not sender.folder.exists()
+
+    # A state arriving in chunks (the training group's buckets) is planned chunk by chunk.
+    async def chunks() -> AsyncIterator[dict[str, torch.Tensor]]:
+        names = list(state)
+        for part in (names[:2], names[2:]):
+            yield {k: state[k] * 3 for k in part}
+
+    calls.clear()
+    sender = ShmSender()
+    try:
+        sent = asyncio.run(sender.send_pairs(of_chunks(chunks(), "bfloat16", 4096), worker))
+    finally:
+        sender.close()
+    assert sent == sum(v.numel() * 2 for v in state.values())  # bf16
+    assert all(torch.equal(got[k], (v * 3).to(torch.bfloat16)) for k, v in state.items())

@@ -16,8 +16,9 @@ import ray
 import torch
 
 from gyre_core.config import RunConfig
+from gyre_core.rollout.vllm_ext.gyre_weights import group_of
 from gyre_core.runtime.real_job import _make_units, release_units
-from gyre_core.runtime.train_group import TrainGroup
+from gyre_core.runtime.train_group import TrainGroup, fetch_weights
 from gyre_core.train.trainer import Trainer
 from tests.train.test_trainer import sample_rollouts, tiny_model
 
@@ -60,7 +61,13 @@ async def _run(cfg: RunConfig, workdir: Path, widths: list[list[int]]) -> tuple[
             v = group.version
             metrics = await group.step(group.prepare(_batch(v), v), v)
             assert metrics["version"] == v + 1 and metrics["skipped"] == 0.0
-        weights = ray.get(await group.weights())
+        weights = fetch_weights(await group.weights())
+        refs = await group.weights(bucket_bytes=4096)  # a bucket per layer or module
+        buckets = ray.get(refs)
+        assert len(buckets) > 3 and fetch_weights(refs).keys() == weights.keys()
+        assert all(torch.equal(v, weights[k]) for b in buckets for k, v in b.items())
+        layers = [{group_of(k) for k in b} for b in buckets]
+        assert all(not a & b for i, a in enumerate(layers) for b in layers[i + 1 :])  # unsplit
     finally:
         release_units(slots)
     return weights, parts
