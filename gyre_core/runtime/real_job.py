@@ -245,6 +245,9 @@ async def _make_units(
             )
             for j in range(per)
         ]
+        if gpus:  # the engine's process starts a server over every GPU of its unit
+            ids = await asyncio.gather(*(p.gpu_ids.remote() for p in procs))
+            await procs[0].serve_on.remote([g for proc_ids in ids for g in proc_ids])
         slots.append(UnitSlot(u, procs[0], IDLE, ROLLOUT, procs=procs, placement=group))
     nodes = await asyncio.gather(*(s.actor.node_id.remote() for s in slots))
     for s, node in zip(slots, nodes, strict=True):

@@ -114,3 +114,20 @@ def test_gyre_run_refuses_a_bad_engine_setting_before_any_server(tmp_path: Path)
     assert "engine.kv_cache_mb: 0 (size by GPU memory) needs CUDA" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (work / "units").exists()  # no unit folder: no server was started
+
+
+def test_a_cuda_server_sees_its_unit_s_gpus_and_a_cpu_one_its_cpu_target(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    from gyre_core.rollout.vllm_server import VLLMServer
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    cuda = VLLMSettings(cuda=True, tensor_parallel=2, devices=(2, 3))
+    env = VLLMServer(model_dir, venv=venv, work_dir=tmp_path / "s", settings=cuda)._env()
+    assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and env["VLLM_ALLOW_INSECURE_SERIALIZATION"] == "1"
+    assert "VLLM_TARGET_DEVICE" not in env
+    assert env["PYTHONPATH"].split(":")[0].endswith("gyre_core/rollout/vllm_ext")
+    cpu = VLLMServer(model_dir, venv=venv, work_dir=tmp_path / "c")._env()
+    assert cpu["VLLM_TARGET_DEVICE"] == "cpu" and "VLLM_ALLOW_INSECURE_SERIALIZATION" not in cpu
