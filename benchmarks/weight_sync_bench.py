@@ -40,7 +40,7 @@ from gyre_core.rollout.vllm_engine import VLLMEngine
 from gyre_core.rollout.vllm_env import REPO_ROOT
 from gyre_core.rollout.vllm_server import VLLMServer
 from gyre_core.rollout.vllm_settings import MIB, VLLMSettings
-from gyre_core.rollout.weight_sync import ShmSender, plan
+from gyre_core.rollout.weight_sync import ShmSender, of_state, plan
 from gyre_core.runtime.vllm_unit import write_weights
 
 SHAPES = {  # head_dim 64: vLLM's CPU attention needs >= 32
@@ -84,7 +84,7 @@ async def _run(ckpt: Path, work: Path, repeats: int, bucket_mb: int) -> None:
                         await engine.publish(str(folder), version)
                     else:
                         buckets = plan(noise, "float32", settings.bucket_bytes)
-                        send = sender.send(noise, buckets, engine.post)
+                        send = sender.send(of_state(noise, buckets), engine.post)
                         await engine.update_weights(lambda s=send: s, version)
                     seconds = time.perf_counter() - t0
                     assert await engine.weight_version() == str(version)

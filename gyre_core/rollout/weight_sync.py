@@ -80,13 +80,7 @@ class ShmSender:
             self._bufs[i] = buf
         return buf
 
-    async def send(
-        self, state: Mapping[str, torch.Tensor], buckets: list[list[Entry]], post: Post
-    ) -> int:
-        """Send ``state`` in ``buckets``; the bytes sent."""
-        return await self.send_pairs(of_state(state, buckets), post)
-
-    async def send_pairs(self, pairs: Pairs, post: Post) -> int:
+    async def send(self, pairs: Pairs, post: Post) -> int:
         """Send each ``(state, bucket)`` as it comes; the bytes sent."""
         pending: asyncio.Task[Any] | None = None
         sent = 0
@@ -130,12 +124,7 @@ class CudaIpcSender:
         self.device = device
         self._initialised = False
 
-    async def send(
-        self, state: Mapping[str, torch.Tensor], buckets: list[list[Entry]], post: Post
-    ) -> int:
-        return await self.send_pairs(of_state(state, buckets), post)
-
-    async def send_pairs(self, pairs: Pairs, post: Post) -> int:
+    async def send(self, pairs: Pairs, post: Post) -> int:
         from torch.multiprocessing.reductions import reduce_tensor
 
         if not self._initialised:

@@ -75,8 +75,7 @@ def run_real(
     )
     threaded = ThreadedSink(sink)  # sinks may block (database writes): keep them off the loop
     try:
-        cuda = ray.cluster_resources().get("GPU", 0) > 0  # type: ignore[no-untyped-call]
-        settings = ENGINES[cfg.model.engine].settings(cfg, model_dir, cuda)  # before any server
+        settings = ENGINES[cfg.model.engine].settings(cfg, model_dir, _has_gpus())  # no server yet
         summary = asyncio.run(
             _run(cfg, threaded, workdir, model_dir, should_stop, resume, say, clock, settings)
         )
@@ -219,7 +218,7 @@ async def _make_units(
     cluster with GPUs, the ``gpu_unit`` resource otherwise), each unit knowing its node."""
     tag = uuid.uuid4().hex[:8]  # actors are named (gyre-<tag>-unit-<u>) for operators
     per = cfg.cluster.gpus_per_unit
-    gpus = ray.cluster_resources().get("GPU", 0) > 0  # type: ignore[no-untyped-call]
+    gpus = _has_gpus()
     bundle = {"GPU": 1} if gpus else {RESOURCE: 1}
     groups = [
         placement_group([bundle] * per, strategy="STRICT_PACK") for _ in range(cfg.cluster.units)
@@ -253,6 +252,11 @@ async def _make_units(
     for s, node in zip(slots, nodes, strict=True):
         s.node = str(node)  # where Ray placed the unit: role_change events carry it
     return slots
+
+
+def _has_gpus() -> bool:
+    """Whether the Ray cluster has GPUs (units then take ``num_gpus``, engines run CUDA)."""
+    return bool(ray.cluster_resources().get("GPU", 0) > 0)  # type: ignore[no-untyped-call]
 
 
 def release_units(slots: list[UnitSlot]) -> None:

@@ -41,6 +41,7 @@ from typing import IO, Any
 import torch
 
 from gyre_core.rollout import vllm_env
+from gyre_core.rollout.torch_engine import load_weights_dir
 from gyre_core.rollout.vllm_engine import VLLMEngine
 from gyre_core.rollout.vllm_server import VLLMServer
 from gyre_core.rollout.vllm_settings import VLLMSettings
@@ -216,28 +217,31 @@ class VLLMUnit:
         await self.engine.wake_up()
         self.asleep = False
         t1 = time.perf_counter()
-        if state is None:  # the base weights: from the checkpoint, as a start would
-            state = await asyncio.to_thread(_base_weights, self.checkpoint)
+        if state is None:  # the base weights, from the checkpoint, as a start would serve
+            state = dict(await asyncio.to_thread(load_weights_dir, self.checkpoint))
         await self.publish(state, version)
         t2 = time.perf_counter()
         self.parts = {"engine_wake_s": t1 - t0, "weight_sync_s": t2 - t1}
         self._log(event="wake", version=version, seconds=round(t2 - t0, 3))
         return self.engine
 
-    streams = True  # publish takes a state that arrives in chunks (the group's buckets)
+    @property
+    def streams(self) -> bool:
+        """Whether publish takes a state that arrives in chunks (the group's buckets): the
+        bucketed path sends each as it comes; the disk path writes one whole file."""
+        return self.settings.weight_sync == "bucketed"
 
     async def publish(self, state: State, version: int) -> None:
         """Put ``state`` (a state dict, or its chunks as they arrive) into the running server
         and tag later tokens ``version`` (paused, requests kept:
         :meth:`VLLMEngine.update_weights`); nothing while it sleeps (waking publishes).
-        Bucketed, each chunk is sent as it comes and dropped; the disk path joins them."""
+        Bucketed, each chunk is sent as it comes and dropped."""
         if self.engine is None or self.asleep:
             return
         t0 = time.perf_counter()
         engine = self.engine
         if self.settings.weight_sync == "disk":
-            if not isinstance(state, dict):
-                state = {k: v async for chunk in state for k, v in chunk.items()}
+            assert isinstance(state, dict)  # whole: the unit's actor joins it (not streams)
             out = self.work_dir / f"weights-v{version}"
             new = await asyncio.to_thread(write_weights, state, self.checkpoint, out)
             old, self.weights = self.weights, new
@@ -252,7 +256,7 @@ class VLLMUnit:
             sent: list[int] = []
 
             async def load() -> None:
-                sent.append(await sender.send_pairs(pairs, engine.post))
+                sent.append(await sender.send(pairs, engine.post))
 
             await engine.update_weights(load, version)
             nbytes = sent[0]
@@ -313,12 +317,3 @@ async def _chunks(state: State) -> AsyncIterator[dict[str, torch.Tensor]]:
     else:
         async for chunk in state:
             yield chunk
-
-
-def _base_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    state: dict[str, torch.Tensor] = {}
-    for f in sorted(checkpoint.glob("*.safetensors")):
-        state.update(load_file(str(f)))
-    return state

@@ -205,10 +205,10 @@ class TrainMember:
         chunk: dict[str, torch.Tensor] = {}
         size, last = 0, ""
         for name, full in self._trainer().iter_full(keep=first):
-            if chunk and size + full.numel() * 4 > bucket_bytes and group_of(name) != last:
+            if chunk and size + full.nbytes > bucket_bytes and group_of(name) != last:
                 refs.append(ray.put(chunk))
                 chunk, size = {}, 0
-            chunk[name], size, last = full, size + full.numel() * 4, group_of(name)
+            chunk[name], size, last = full, size + full.nbytes, group_of(name)
         if chunk:
             refs.append(ray.put(chunk))
         return refs if first else None

@@ -26,7 +26,7 @@ from gyre_core.rollout.router import Router
 from gyre_core.rollout.torch_engine import TorchEngine
 from gyre_core.rollout.vllm_engine import VLLMEngine
 from gyre_core.rollout.vllm_server import VLLMServer
-from gyre_core.rollout.weight_sync import ShmSender, plan
+from gyre_core.rollout.weight_sync import ShmSender, of_state, plan
 
 pytestmark = pytest.mark.slow
 
@@ -319,12 +319,16 @@ def test_a_bucketed_update_serves_the_new_weights_as_a_reload_does(
     assert len(buckets) >= 5  # the two files are reused within an update
 
     async def run() -> tuple[Completion, str | None, Completion]:
-        await engine.update_weights(lambda: sender.send(states[1], buckets, engine.post), 9)
+        await engine.update_weights(
+            lambda: sender.send(of_state(states[1], buckets), engine.post), 9
+        )
         after = await engine.generate(PROMPT, GREEDY, request_id="b9")
         tag = await engine.weight_version()
         assert not await _is_paused(server)
         back_plan = plan(states[0], "float32", 16 * 1024)
-        await engine.update_weights(lambda: sender.send(states[0], back_plan, engine.post), 10)
+        await engine.update_weights(
+            lambda: sender.send(of_state(states[0], back_plan), engine.post), 10
+        )
         back = await engine.generate(PROMPT, GREEDY, request_id="b10")
         return after, tag, back
 

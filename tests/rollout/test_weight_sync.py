@@ -21,7 +21,7 @@ from gyre_core.rollout.vllm_ext.gyre_weights import (
     plan_buckets,
     unpack,
 )
-from gyre_core.rollout.weight_sync import ShmSender, of_chunks, plan
+from gyre_core.rollout.weight_sync import ShmSender, of_chunks, of_state, plan
 
 
 def _state() -> dict[str, torch.Tensor]:
@@ -100,10 +100,10 @@ def test_the_shm_sender_pipelines_buckets_through_two_files() -> None:
 
     sender = ShmSender()
     try:
-        asyncio.run(sender.send(state, buckets, worker))
+        asyncio.run(sender.send(of_state(state, buckets), worker))
         assert sorted(p.name for p in sender.folder.iterdir()) == ["bucket-0", "bucket-1"]
         changed = {k: v + 1 for k, v in state.items()}  # a second update reuses the files
-        asyncio.run(sender.send(changed, buckets, worker))
+        asyncio.run(sender.send(of_state(changed, buckets), worker))
     finally:
         sender.close()
     assert calls[0] == "gyre_begin_update" and calls[-1] == "gyre_end_update"
@@ -120,7 +120,7 @@ def test_the_shm_sender_pipelines_buckets_through_two_files() -> None:
     calls.clear()
     sender = ShmSender()
     try:
-        sent = asyncio.run(sender.send_pairs(of_chunks(chunks(), "bfloat16", 4096), worker))
+        sent = asyncio.run(sender.send(of_chunks(chunks(), "bfloat16", 4096), worker))
     finally:
         sender.close()
     assert sent == sum(v.numel() * 2 for v in state.values())  # bf16
