@@ -100,8 +100,14 @@ def _process(rank: int, args: argparse.Namespace, port: int, out: str) -> None:
                 "processes": everyone,
             }
             Path(out).write_text(json.dumps(result))
+        dist.barrier()  # every rank is past its last collective before any tears down
     finally:
         dist.destroy_process_group()
+    # Gloo's worker threads may still hold tensors at interpreter teardown, which can abort
+    # a process whose work is done; its result is written, so it leaves without teardown.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def report(args: argparse.Namespace, run: dict[str, Any]) -> dict[str, Any]:

@@ -29,9 +29,13 @@ What is measured, and how each cost is derived (``docs/sim-costs.md``, "Calibrat
   over ``train_s`` times the units training; ``step_overhead_s`` = the mean span beyond
   ``train_s`` (weight publication, trees, payload file, checkpoint).
 * **Switches and sync.** ``switch_s`` is the mean measured role switch (drain wait
-  included), ``weight_sync_s`` the mean publication of a version to the engines; the
-  report gives the mean of each part of a switch (``switch_parts_s``: drain, engine stop
-  and start, the training group's re-form, peer transfer, restore and offload).
+  included); ``switch_to_train_s`` and ``switch_to_rollout_s`` the mean of each direction
+  without its drain wait (the simulator waits for a draining engine itself; a vLLM engine
+  that sleeps and wakes makes them differ most); ``weight_sync_s`` the mean publication of
+  a version to the engines. The report gives the mean of each part of a switch
+  (``switch_parts_s``, and ``switch_parts_by_role_s`` by the role switched into: drain,
+  engine stop or sleep, start or wake with its weights, the training group's re-form, peer
+  transfer, restore and offload).
 * **Tool time.** A turn's ``tool_s`` is the time between its call's end and the next
   call's start: environment step, harness, tokenisation — all the session's time off the
   engines.
@@ -58,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gyre_core.cluster import ROLLOUT, TRAIN
 from gyre_core.config import RunConfig
 from gyre_core.runtime.timed_router import CallRecord, TimedRouter
 from gyre_core.scheduler.config import SchedulerConfig
@@ -67,7 +72,7 @@ from gyre_core.sim.workload import TraceRollout, Turn, write_trace
 from gyre_core.trajectory.format import Rollout, read_rollouts
 
 if TYPE_CHECKING:
-    from gyre_core.runtime.loop import Loop
+    from gyre_core.runtime.loop import Counters, Loop
 
 COSTS, WORKLOAD, REPORT = "costs.json", "workload.jsonl", "calibration.json"
 # When the fit finds no cost growing with the batch (or none for prefill), the table needs a
@@ -311,6 +316,8 @@ def _calibrate(
         prefill_tok_s=decode.prefill_tok_s,
         train_tok_s=round(train_tok_s, 3),
         switch_s=round(_mean(c.switch_s), 4),
+        switch_to_train_s=round(_mean(_switches(c, TRAIN)), 4),
+        switch_to_rollout_s=round(_mean(_switches(c, ROLLOUT)), 4),
         weight_sync_s=round(_mean(c.weight_sync_s), 4),
         drain_s=cfg.scheduler.drain_deadline_s,
         rollouts_per_step=per_step,
@@ -340,6 +347,12 @@ def _calibrate(
         "decode_fit": asdict(decode),
         "switch_s": [round(x, 4) for x in c.switch_s],
         "switch_parts_s": _parts(c.switch_parts),
+        "switch_parts_by_role_s": {
+            role: _parts(
+                [p for p, to in zip(c.switch_parts, c.switch_to, strict=True) if to == role]
+            )
+            for role in (TRAIN, ROLLOUT)
+        },
         "weight_sync_s": [round(x, 4) for x in c.weight_sync_s],
         "tool_s_mean": round(_mean([t.tool_s for tr in trace for t in tr.turns[:-1]]), 5),
         "rollouts": _rollout_spans(trace, records),
@@ -362,6 +375,16 @@ def _rollout_spans(trace: list[TraceRollout], records: dict[str, CallRecord]) ->
             busy = sum(r.t1 - r.t0 for r in recs)
             out.append([tr.rollout_id, round(first, 3), round(last, 3), round(busy, 3)])
     return out
+
+
+def _switches(c: Counters, role: str) -> list[float]:
+    """The measured switches into ``role``, less their drain wait (the simulator waits for
+    a draining engine by itself)."""
+    return [
+        s - p.get("drain_s", 0.0)
+        for s, p, to in zip(c.switch_s, c.switch_parts, c.switch_to, strict=True)
+        if to == role
+    ]
 
 
 def _mean(xs: list[float]) -> float:

@@ -77,6 +77,7 @@ class Counters:
     role_switches: int = 0
     switch_s: list[float] = field(default_factory=list)
     switch_parts: list[dict[str, float]] = field(default_factory=list)  # each switch's parts
+    switch_to: list[str] = field(default_factory=list)  # each switch's new role
     weight_sync_s: list[float] = field(default_factory=list)
     train_s: list[float] = field(default_factory=list)
     tokens_trained: int = 0
@@ -289,6 +290,7 @@ class Loop:
             slot.busy = False
         self.counters.switch_s.append(time.perf_counter() - t0)
         self.counters.switch_parts.append(parts)
+        self.counters.switch_to.append(to)
         self.counters.role_switches += 1
         self._role(slot, to, {k: round(v, 4) for k, v in parts.items()})
 

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from gyre_core.cluster import TRAIN
+
 
 class CostError(ValueError):
     pass
@@ -34,6 +36,10 @@ class CostModel:
     prefill_tok_s: float = 20_000.0  # per unit; only newly appended tokens (prefix cache)
     train_tok_s: float = 6_000.0  # per training unit, tokens trained (forward + backward)
     switch_s: float = 30.0  # one role change: offload engine, load trainer state, or back
+    # A direction's own cost where it differs (a waking engine is cheaper than a trainer
+    # loading its state, or the reverse); 0 takes switch_s.
+    switch_to_train_s: float = 0.0  # rollout -> train, after draining
+    switch_to_rollout_s: float = 0.0  # train -> rollout, the new weights included
     weight_sync_s: float = 20.0  # publish a new version to the rollout engines
     drain_s: float = 30.0  # a draining unit's in-flight calls may finish within this
     rollouts_per_step: int = 64
@@ -67,6 +73,8 @@ class CostModel:
         for name in (
             "decode_half",
             "switch_s",
+            "switch_to_train_s",
+            "switch_to_rollout_s",
             "weight_sync_s",
             "drain_s",
             "staleness",
@@ -86,6 +94,11 @@ class CostModel:
     @property
     def units(self) -> int:
         return self.gpus // self.gpus_per_unit
+
+    def switch_to(self, role: str) -> float:
+        """Seconds a unit takes to change into ``role`` (``train`` or ``rollout``)."""
+        own = self.switch_to_train_s if role == TRAIN else self.switch_to_rollout_s
+        return own or self.switch_s
 
     def seq_rate(self, n: int) -> float:
         """Tokens/s of each of ``n`` sequences decoding together on one unit."""

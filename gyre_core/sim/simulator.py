@@ -199,7 +199,7 @@ class Simulator:
             rollouts_per_step=c.rollouts_per_step,
             staleness=c.staleness,
             max_seqs_per_unit=c.max_seqs_per_unit,
-            switch_s=c.switch_s,
+            switch_s=c.switch_to(TRAIN),  # what a policy waits for a training unit
             train_tok_s=c.train_tok_s,
         )
 

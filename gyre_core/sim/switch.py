@@ -4,8 +4,9 @@ rollout -> train: the router stops sending the unit new calls; its in-flight cal
 finish until the drain deadline (``drain_s``); what is still running then moves to other
 engines *with the tokens it has generated* (re-prefilled there, never restarted) — or, in
 ``restart`` mode, the baseline other frameworks use, is aborted and its agent session
-restarted from scratch; then the trainer loads (``switch_s``).
-train -> rollout: the engine starts with the latest weights (``switch_s``).
+restarted from scratch; then the trainer loads (``CostModel.switch_to("train")``).
+train -> rollout: the engine starts, or wakes, with the latest weights
+(``CostModel.switch_to("rollout")``).
 A unit holds one role at a time; while it changes, its role is ``switching``.
 """
 
@@ -74,7 +75,7 @@ def begin_switch(sim: Simulator, u: int, role: str) -> None:
             sim.drain_epoch[u] += 1
             sim.push(sim.t + sim.costs.drain_s, DRAINED, u, sim.drain_epoch[u])
             return
-    sim.push(sim.t + sim.costs.switch_s, SWITCHED, u, ROLES.index(role))
+    sim.push(sim.t + sim.costs.switch_to(role), SWITCHED, u, ROLES.index(role))
 
 
 def drained(sim: Simulator, u: int) -> None:
@@ -83,7 +84,8 @@ def drained(sim: Simulator, u: int) -> None:
         return
     sim.draining[u] = False
     sim.drain_epoch[u] += 1  # a pending drain deadline no longer applies
-    sim.push(sim.t + sim.costs.switch_s, SWITCHED, u, ROLES.index(sim.targets[u]))
+    role = sim.targets[u]
+    sim.push(sim.t + sim.costs.switch_to(role), SWITCHED, u, ROLES.index(role))
 
 
 def on_drained(sim: Simulator, u: int, epoch: int) -> bool:

@@ -182,6 +182,11 @@ def test_a_real_run_writes_a_cost_table_and_workload_that_predict_reads(
     assert len(report["steps"]) == 2 and report["decode_fit"]["calls"] >= 3
     # async's 2 training units joined the group at bring-up: its re-form was timed
     assert report["switch_parts_s"]["reform_s"] > 0 and "engine_stop_s" in report["switch_parts_s"]
+    # each direction's cost, without the drain wait: async only ever switched into train
+    by_role = report["switch_parts_by_role_s"]
+    assert by_role["rollout"] == {} and by_role["train"]["reform_s"] > 0
+    assert 0 < costs.switch_to_train_s <= costs.switch_s and costs.switch_to_rollout_s == 0
+    assert costs.switch_to("rollout") == costs.switch_s  # unmeasured: the mean stands in
     pred = predict(work)
     assert math.isfinite(pred["predicted_s"]) and pred["predicted_s"] > 0
     assert pred["steps"] == 2 and pred["rollouts"] == 4

@@ -53,6 +53,21 @@ def test_colocate_by_hand() -> None:
     ]  # fmt: skip
 
 
+def test_each_direction_of_a_switch_takes_its_own_cost() -> None:
+    # Colocate, two steps: rollouts 10 s; into training 2 s; train 5 s + 1 s; back to
+    # rollout 7 s (a woken engine with its weights); rollouts 10 s; 2 s; 6 s.
+    costs = replace(HAND, switch_to_train_s=2.0, switch_to_rollout_s=7.0)
+    out, _ = run([rollout(i, 100) for i in range(4)], Colocate(), costs=costs)
+    assert out["makespan_s"] == pytest.approx(10 + 2 + 6 + 7 + 10 + 2 + 6, abs=2e-3)
+    assert out["gpu_seconds_by_role"]["switching"] == pytest.approx(2 * (2 + 7 + 2), abs=2e-3)
+    # 0 takes switch_s (5 s each way), as tables without the two fields do
+    assert costs.switch_to("rollout") == 7.0 and HAND.switch_to("rollout") == 5.0
+    plain, _ = run([rollout(i, 100) for i in range(4)], Colocate())
+    assert plain["makespan_s"] == pytest.approx(10 + 5 + 6 + 5 + 10 + 5 + 6, abs=2e-3)
+    with pytest.raises(CostError, match="--switch-to-train-s"):
+        replace(HAND, switch_to_train_s=-1.0)
+
+
 def test_processor_sharing_by_hand() -> None:
     # Async 1:1: both rollouts share unit 0 at 5 tok/s each. The 50-token one ends at
     # 10 s; the other then runs alone at 10 tok/s for its last 50: ends at 15 s. Train
