@@ -25,7 +25,7 @@ from gyre_core.jsonl import MAX_LINE_BYTES, LocatedError, json_lines
 
 FORMAT = "gyre.trajectory/v1"
 STATUSES = ("completed", "timeout", "failed")
-KINDS = ("continue", "compaction", "subagent", "retry")
+KINDS = ("continue", "compaction", "subagent", "retry", "branch")
 MAX_TOKEN_ID = 2**31 - 1
 # A log-probability is <= 0; engines sometimes report a hair above 0 from rounding.
 LOGPROB_SLACK = 1e-3

@@ -1,0 +1,164 @@
+"""The OpenAI-compatible endpoint with a real model behind a real router: an agent process
+that imports only ``openai`` runs through it, and what the session records is what the
+engine produced, token for token with versions, across a tool call and a compaction branch.
+Bad requests get 4xx JSON naming the field."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from gyre_core.config import RunConfig
+from gyre_core.rollout.chat import ChatFormat, Message, check_messages, check_tools
+from gyre_core.rollout.endpoint import Endpoint
+from gyre_core.rollout.engine import Completion, SamplingParams
+from gyre_core.rollout.router import Router
+from gyre_core.rollout.torch_engine import TorchEngine
+from gyre_core.runtime.session import make_model_dir
+from gyre_core.trajectory.tree import build_trees
+
+AGENT = Path(__file__).parent / "agents" / "openai_tool_agent.py"
+sys.path.insert(0, str(AGENT.parent))
+import openai_tool_agent as agent  # noqa: E402  (the agent's own prompts and tools)
+
+TASK_FILE = "Fix the bug in a.py."
+CALL = '<tool_call>\n{"name": "read_file", "arguments": {"path": "TASK.md"}}\n</tool_call>'
+VERSION = 7
+
+
+@pytest.fixture(scope="module")
+def taught(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
+    """A tiny model taught to answer the agent's task with a ``read_file`` call and the
+    tool's result with "Done.", so that its own greedy output carries a tool call."""
+    md = make_model_dir(RunConfig.from_dict({"model": {"layers": 1}}), tmp_path_factory.mktemp("m"))
+    model = AutoModelForCausalLM.from_pretrained(str(md), dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(str(md))
+    fmt = ChatFormat(tok)
+    first = fmt.with_tools(
+        check_messages(
+            [{"role": "system", "content": agent.SYSTEM}, {"role": "user", "content": agent.TASK}]
+        ),
+        check_tools(agent.TOOLS),
+    )
+    p1 = [t for m in first for t in fmt.encode(m)] + fmt.cue()
+    call = fmt.codec.encode(CALL + "<|im_end|>")
+    p2 = [*p1, *call, *fmt.closing(call), *fmt.encode(Message("tool", TASK_FILE)), *fmt.cue()]
+    pairs = [(p1, call), (p2, fmt.codec.encode("Done.<|im_end|>"))]
+    torch.manual_seed(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(80):
+        for prompt, target in pairs:
+            ids = torch.tensor([prompt + target])
+            labels = torch.tensor([[-100] * len(prompt) + target])
+            model(input_ids=ids, labels=labels, use_cache=False).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return model.eval(), tok
+
+
+class Spy(TorchEngine):
+    """The engine, noting what it returned for each request."""
+
+    def __init__(self, model: Any) -> None:
+        super().__init__(model, version=VERSION)
+        self.outputs: dict[str, Completion] = {}
+
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, request_id: str
+    ) -> Completion:
+        out = await super().generate(prompt_ids, params, request_id=request_id)
+        self.outputs[request_id] = out
+        return out
+
+
+def test_an_openai_agent_is_recorded_token_for_token_with_its_branch(taught, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    model, tok = taught
+    (tmp_path / "TASK.md").write_text(TASK_FILE)
+    spy = Spy(model)
+
+    async def main() -> tuple[Any, str]:
+        ep = Endpoint(Router({"e": spy}), tok)
+        await ep.start()
+        s = ep.open("r0", max_tokens=48, temperature=0.0, seed=1)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(AGENT), s.base_url, str(tmp_path),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+        await ep.close()
+        assert proc.returncode == 0, err.decode()[-3000:]
+        return ep.close_session(s.key), out.decode()
+
+    chat, printed = asyncio.run(main())
+    seen = json.loads(printed.strip().splitlines()[-1])
+    assert seen["tool_calls"] == [["read_file", {"path": "TASK.md"}]]  # parsed from the model
+    assert seen["replies"][-1] == "Done."
+    assert [c.kind for c in chat.calls] == ["continue", "continue", "branch"]
+    for call in chat.calls:  # what was recorded is what the engine produced
+        out = spy.outputs[f"r0/{call.call_id}"]
+        assert [int(t) for t in call.completion_ids] == out.token_ids
+        assert [float(x) for x in call.logprobs] == out.logprobs
+        assert [int(v) for v in call.versions] == out.versions == [VERSION] * len(out.token_ids)
+    c0, c1, c2 = chat.calls
+    # the second call's prompt is the first call's whole sequence, the tool result after it
+    assert c1.prefix is not None and c1.prefix.call_id == "c0"
+    assert c1.prefix.tokens == len(c0.prompt_ids) + len(c0.completion_ids)
+    # the compacted call branches after the system and task messages
+    assert c2.prefix is not None and 0 < c2.prefix.tokens < len(c0.prompt_ids)
+    rollout = chat.rollout("task-1", "completed", 1.0)
+    tree = build_trees([rollout])["r0"]
+    assert len(list(tree.leaves())) == 2
+    assert seen["streamed"] == ChatFormat(tok).parse([int(t) for t in c2.completion_ids])[0]
+
+
+def test_bad_requests_get_json_errors_naming_the_field(taught) -> None:  # type: ignore[no-untyped-def]
+    model, tok = taught
+
+    async def main() -> list[tuple[int, Any]]:
+        ep = Endpoint(Router({"e": TorchEngine(model)}), tok)
+        url = await ep.start()
+        s = ep.open("r0", max_tokens=4, temperature=1.0, seed=0)
+        ok = {"model": "p", "messages": [{"role": "user", "content": "hi"}]}
+        auth = {"Authorization": f"Bearer {s.key}"}
+        got = []
+        async with httpx.AsyncClient(base_url=url, timeout=60) as c:
+            for path, body, headers in [
+                ("/v1/chat/completions", ok, {"Authorization": "Bearer nope"}),
+                (f"/s/{s.key}/v1/chat/completions", {**ok, "messages": [{"role": "x"}]}, {}),
+                ("/v1/chat/completions", {**ok, "max_tokens": 0}, auth),
+                ("/v1/chat/completions", {**ok, "temperature": "hot"}, auth),
+                ("/v1/chat/completions", {"messages": ok["messages"]}, auth),
+                ("/v1/chat/completions", {**ok, "tools": [{"type": "function"}]}, auth),
+                ("/v1/completions", {"model": "p", "prompt": [1, -2]}, auth),
+                ("/v1/nowhere", ok, auth),
+            ]:
+                r = await c.post(path, json=body, headers=headers)
+                got.append((r.status_code, r.json()["error"]))
+            r = await c.post("/v1/chat/completions", content=b"{not json", headers=auth)
+            got.append((r.status_code, r.json()["error"]))
+            r = await c.post("/v1/chat/completions", json=ok, headers=auth)
+            got.append((r.status_code, r.json()["usage"]["completion_tokens"]))  # still serving
+            r = await c.get("/v1/models", headers=auth)
+            got.append((r.status_code, r.json()["data"][0]["id"]))
+            ep.close_session(s.key)
+            r = await c.post("/v1/chat/completions", json=ok, headers=auth)
+            got.append((r.status_code, r.json()["error"]))
+        await ep.close()
+        return got
+
+    got = asyncio.run(main())
+    params = [(code, e["param"]) if isinstance(e, dict) else (code, e) for code, e in got]
+    assert params == [
+        (401, None), (400, "messages[0].role"), (400, "max_tokens"), (400, "temperature"),
+        (400, "model"), (400, "tools[0]"), (400, "prompt"), (404, None), (400, "body"),
+        (200, 4), (200, "gyre-policy"), (409, None),
+    ]  # fmt: skip
+    assert all("Traceback" not in str(e) for _, e in got)
