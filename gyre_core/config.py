@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 import tomllib
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
@@ -244,6 +245,16 @@ def _cross_checks(cfg: RunConfig) -> list[tuple[str, str]]:
     if demos and t.warm_start_skip_check and cfg.rollout.suite != "repo":
         problem = "needs rollout.suite repo (whose components end in a check)"
         errors.append(("train.warm_start_skip_check", f"{problem}, not {cfg.rollout.suite}"))
+    r = cfg.rollout
+    if r.agent and r.agent_command:
+        errors.append(("rollout.agent_command", "set rollout.agent or this, not both"))
+    module, sep, name = r.agent.partition(":")
+    if r.agent and not (sep and module and name):
+        errors.append(("rollout.agent", f"expected 'package.module:function', got {r.agent!r}"))
+    try:
+        shlex.split(r.agent_command)
+    except ValueError as e:
+        errors.append(("rollout.agent_command", f"not a command line: {e}"))
     return errors
 
 

@@ -63,6 +63,11 @@ class ChatSession:
         self.generated = 0
         self._issued = 0  # call ids handed out (calls may run concurrently)
 
+    @property
+    def issued(self) -> int:
+        """Calls started (recorded or still running)."""
+        return self._issued
+
     def reserve(self) -> tuple[str, int]:
         """The next call's id and index, before it is made."""
         n, self._issued = self._issued, self._issued + 1

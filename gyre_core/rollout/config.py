@@ -65,6 +65,19 @@ class RolloutConfig:
         "of the component in progress (docs/learning.md)",
         choices=("off", "status"),
     )
+    agent: str = config_field(
+        "",
+        "an external agent: 'package.module:function', called with each "
+        "rollout's task and its own OpenAI-compatible base URL (docs/agents.md); "
+        "'' = the built-in harness",
+        max_length=300,
+    )
+    agent_command: str = config_field(
+        "",
+        "an external agent as a command line, run once a rollout in the task's "
+        "folder with OPENAI_BASE_URL set to its session (docs/agents.md)",
+        max_length=2000,
+    )
     benchmark_split: str = config_field(
         "benchmark",
         "what the benchmark scores: 'benchmark' = tasks in "

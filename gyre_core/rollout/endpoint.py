@@ -24,7 +24,8 @@ the finish chunk and ``[DONE]``.
 
 Errors are JSON ``{"error": {"message", "type", "param"}}``: 400 for a bad request (naming
 the field), 401 for an unknown key, 404/405 for an unknown route or method, 409 for a session
-that was closed, 503 when no engine is live; never a traceback.
+that was closed, 429 once a session's call or token budget is spent
+(``"type": "budget_exhausted"``), 503 when no engine is live; never a traceback.
 """
 
 from __future__ import annotations
@@ -57,10 +58,14 @@ class EndpointSession:
     key: str
     base_url: str  # an OpenAI client's base_url for this session (no key needed)
     chat: ChatSession
-    max_tokens: int
+    router: Router
+    max_tokens: int  # per call
     temperature: float
     seed: int
-    closed: bool = False
+    max_calls: int = 0  # calls the session may make (0: no limit)
+    token_budget: int = 0  # tokens it may generate (0: no limit)
+    stop_reason: str | None = None  # the budget a refused call ran into
+    on_call: Callable[[ChatSession], None] | None = None  # after each recorded call
 
 
 def _error(status: int, message: str, kind: str, param: str | None = None) -> web.Response:
@@ -85,16 +90,16 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
 class Endpoint:
     def __init__(
         self,
-        router: Router,
         tokenizer: Any,
         *,
         model: str = "gyre-policy",
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
-        self.router, self.model, self.host, self.port = router, model, host, port
+        self.model, self.host, self.port = model, host, port
         self.fmt = ChatFormat(tokenizer)
         self.sessions: dict[str, EndpointSession] = {}
+        self._closed: dict[str, str] = {}  # key -> session id, of sessions closed
         self.url = ""
         self._runner: web.AppRunner | None = None
 
@@ -119,25 +124,31 @@ class Endpoint:
             self._runner = None
 
     def open(
-        self, session_id: str, *, max_tokens: int, temperature: float, seed: int
+        self,
+        session_id: str,
+        router: Router,
+        *,
+        max_tokens: int,
+        temperature: float,
+        seed: int,
+        max_calls: int = 0,
+        token_budget: int = 0,
+        on_call: Callable[[ChatSession], None] | None = None,
     ) -> EndpointSession:
-        """A new agent session: its key, base URL and recorder."""
+        """A new agent session on ``router``: its key, base URL and recorder; ``on_call``
+        runs after each of its calls is recorded."""
         key = secrets.token_urlsafe(18)
         s = EndpointSession(
-            key,
-            f"{self.url}/s/{key}/v1",
-            ChatSession(session_id, self.fmt),
-            max_tokens,
-            temperature,
-            seed,
-        )
+            key, f"{self.url}/s/{key}/v1", ChatSession(session_id, self.fmt), router,
+            max_tokens, temperature, seed, max_calls, token_budget, on_call=on_call,
+        )  # fmt: skip
         self.sessions[key] = s
         return s
 
     def close_session(self, key: str) -> ChatSession:
         """No more calls for this session (they get 409); its recorded calls."""
-        s = self.sessions[key]
-        s.closed = True
+        s = self.sessions.pop(key)
+        self._closed[key] = s.chat.session_id
         return s.chat
 
     # ------------------------------------------------------------------ requests
@@ -148,10 +159,10 @@ class Endpoint:
             auth = request.headers.get("Authorization", "")
             key = auth[7:].strip() if auth.startswith("Bearer ") else ""
         s = self.sessions.get(key)
+        if s is None and key in self._closed:
+            raise HTTPError(409, f"session {self._closed[key]} is closed", "invalid_request_error")
         if s is None:
             raise HTTPError(401, "unknown session key", "authentication_error")
-        if s.closed:
-            raise HTTPError(409, f"session {s.chat.session_id} is closed", "invalid_request_error")
         return s
 
     @staticmethod
@@ -178,8 +189,19 @@ class Endpoint:
 
     @staticmethod
     def _cap(s: EndpointSession, body: dict[str, Any]) -> int:
-        """The call's token cap: the session's, lowered by the request's."""
+        """The call's token cap: the session's, lowered by the request's and by what is
+        left of the session's token budget; a 429 once a budget is spent."""
         cap = s.max_tokens
+        spent = None
+        if s.max_calls and s.chat.issued >= s.max_calls:
+            spent = ("max_turns", f"{s.max_calls} calls")
+        elif s.token_budget and s.chat.generated >= s.token_budget:
+            spent = ("token_budget", f"{s.token_budget} generated tokens")
+        if spent is not None:
+            s.stop_reason = spent[0]
+            raise HTTPError(429, f"the session's budget is spent: {spent[1]}", "budget_exhausted")
+        if s.token_budget:
+            cap = min(cap, s.token_budget - s.chat.generated)
         for name in ("max_completion_tokens", "max_tokens"):
             v = body.get(name)
             if v is None:
@@ -198,10 +220,19 @@ class Endpoint:
             stop_token_ids=self.fmt.stop_ids(),
             seed=(s.seed * 1_000_003 + n) % 2**63,
         )
-        out = await self.router.generate(
+        out = await s.router.generate(
             s.chat.session_id, prompt.ids, params, request_id=f"{s.chat.session_id}/{call_id}"
         )
         return call_id, out
+
+    @staticmethod
+    def _record(
+        s: EndpointSession, call_id: str, prompt: Prompt, out: Completion
+    ) -> tuple[str, tuple[ToolCall, ...]]:
+        reply = s.chat.record(call_id, prompt, out)
+        if s.on_call is not None:
+            s.on_call(s.chat)
+        return reply
 
     async def _models(self, request: web.Request) -> web.Response:
         self._session(request)
@@ -221,7 +252,7 @@ class Endpoint:
         cap = self._cap(s, body)
         prompt = s.chat.prompt(messages)
         call_id, out = await self._call(s, cap, prompt)
-        content, calls = s.chat.record(call_id, prompt, out)
+        content, calls = self._record(s, call_id, prompt, out)
         finish = "tool_calls" if calls else ("length" if out.finish_reason == "length" else "stop")
         message: dict[str, Any] = {
             "role": "assistant",
@@ -298,7 +329,7 @@ class Endpoint:
         cap = self._cap(s, body)
         prompt = s.chat.text_prompt(ids)
         call_id, out = await self._call(s, cap, prompt)
-        text, _ = s.chat.record(call_id, prompt, out)
+        text, _ = self._record(s, call_id, prompt, out)
         finish = "length" if out.finish_reason == "length" else "stop"
         choice = {"index": 0, "text": text, "finish_reason": finish,
                   "logprobs": self._logprobs(out)["content"] if body.get("logprobs") else None}  # fmt: skip

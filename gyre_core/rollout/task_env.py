@@ -242,6 +242,11 @@ class CodingTaskEnv:
         return self.env.progress
 
     @property
+    def workdir(self) -> Path:
+        """The task's folder: an external agent works in it (``GYRE_TASK_DIR``)."""
+        return self.env.root
+
+    @property
     def tool_latency_s(self) -> float:
         return 0.0
 

@@ -10,8 +10,6 @@ import asyncio
 from dataclasses import replace
 
 from gyre_core import events as ev
-from gyre_core.rollout.agents import ModelAgent
-from gyre_core.rollout.harness import run_session
 from gyre_core.rollout.router import Router
 from gyre_core.rollout.task_env import make_env
 from gyre_core.runtime.session import SessionFactory, task_index
@@ -62,14 +60,7 @@ async def benchmark(
         rid = f"bench-v{version}-{k}" + (f"-s{draw}" if samples else "")
         seed = BENCH_SEED * (draw + 1) + k if samples else 0
         try:
-            r = await run_session(
-                env,
-                ModelAgent(router, sessions.tokenizer),
-                sessions.tokenizer,
-                harness,
-                rollout_id=rid,
-                seed=seed,
-            )
+            r = await sessions.play(env, router, harness, rollout_id=rid, seed=seed)
         finally:
             env.close()
         done += 1

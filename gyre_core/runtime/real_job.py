@@ -207,6 +207,7 @@ async def _run(
         sink.emit(ev.RunStatus(t=clock(), status="succeeded", step=trainer.version, message=""))
         return summary
     finally:
+        await factory.aclose()  # the agents' endpoint, when it was started
         release_units(slots)  # also on failure: their resources go back to Ray
 
 

@@ -8,6 +8,7 @@ The rest of what a run does around the loop lives beside it: the supervised warm
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,9 +20,12 @@ from gyre_core import events as ev
 from gyre_core.config import RunConfig
 from gyre_core.envs import repo_suite
 from gyre_core.rollout.agents import ModelAgent
+from gyre_core.rollout.config import RolloutConfig
+from gyre_core.rollout.endpoint import Endpoint
+from gyre_core.rollout.external import ExternalAgent, run_external
 from gyre_core.rollout.harness import run_session
 from gyre_core.rollout.router import Router
-from gyre_core.rollout.task_env import make_env
+from gyre_core.rollout.task_env import TaskEnv, make_env
 from gyre_core.train.trainer import Trainer
 from gyre_core.trajectory.format import Rollout
 
@@ -102,6 +106,48 @@ class SessionFactory:
         self.migrations = 0
         self.rollouts_done = 0
         self.first_rollout_at: float | None = None  # when the first session started
+        self.agent = ExternalAgent.from_config(cfg.rollout)  # None: the built-in harness
+        self._endpoint: Endpoint | None = None
+        self._endpoint_lock = asyncio.Lock()
+
+    async def endpoint(self) -> Endpoint:
+        """The run's OpenAI-compatible endpoint, started on first use."""
+        async with self._endpoint_lock:
+            if self._endpoint is None:
+                ep = Endpoint(self.tokenizer)
+                await ep.start()
+                self._endpoint = ep
+            return self._endpoint
+
+    async def aclose(self) -> None:
+        if self._endpoint is not None:
+            await self._endpoint.close()
+            self._endpoint = None
+
+    async def play(
+        self,
+        env: TaskEnv,
+        router: Router,
+        harness: RolloutConfig,
+        *,
+        rollout_id: str,
+        group_id: str = "",
+        sink: ev.EventSink | None = None,
+        seed: int = 0,
+        step: int = 0,
+    ) -> Rollout:
+        """One session on ``env`` by the run's agent: the built-in harness with the policy
+        behind ``router``, or the external agent through the endpoint."""
+        sink = sink or ev.NullSink()
+        if self.agent is None:
+            return await run_session(
+                env, ModelAgent(router, self.tokenizer), self.tokenizer, harness,
+                rollout_id=rollout_id, group_id=group_id, sink=sink, seed=seed, step=step,
+            )  # fmt: skip
+        return await run_external(
+            self.agent, env, await self.endpoint(), router, harness,
+            rollout_id=rollout_id, group_id=group_id, sink=sink, seed=seed, step=step,
+        )  # fmt: skip
 
     def make_trainer(self) -> Trainer:
         model = AutoModelForCausalLM.from_pretrained(str(self.model_dir), dtype=torch.float32)
@@ -135,10 +181,9 @@ class SessionFactory:
             hints=self.hints,
         )
         try:
-            rollout = await run_session(
+            rollout = await self.play(
                 env,
-                ModelAgent(router, self.tokenizer),
-                self.tokenizer,
+                router,
                 self.harness,
                 rollout_id=f"r{idx}",
                 group_id=group,

@@ -85,9 +85,9 @@ def test_an_openai_agent_is_recorded_token_for_token_with_its_branch(taught, tmp
     spy = Spy(model)
 
     async def main() -> tuple[Any, str]:
-        ep = Endpoint(Router({"e": spy}), tok)
+        ep = Endpoint(tok)
         await ep.start()
-        s = ep.open("r0", max_tokens=48, temperature=0.0, seed=1)
+        s = ep.open("r0", Router({"e": spy}), max_tokens=48, temperature=0.0, seed=1)
         proc = await asyncio.create_subprocess_exec(
             sys.executable, str(AGENT), s.base_url, str(tmp_path),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -123,9 +123,16 @@ def test_bad_requests_get_json_errors_naming_the_field(taught) -> None:  # type:
     model, tok = taught
 
     async def main() -> list[tuple[int, Any]]:
-        ep = Endpoint(Router({"e": TorchEngine(model)}), tok)
+        ep = Endpoint(tok)
         url = await ep.start()
-        s = ep.open("r0", max_tokens=4, temperature=1.0, seed=0)
+        s = ep.open(
+            "r0",
+            Router({"e": TorchEngine(model)}),
+            max_tokens=4,
+            temperature=1.0,
+            seed=0,
+            max_calls=2,
+        )
         ok = {"model": "p", "messages": [{"role": "user", "content": "hi"}]}
         auth = {"Authorization": f"Bearer {s.key}"}
         got = []
@@ -148,6 +155,13 @@ def test_bad_requests_get_json_errors_naming_the_field(taught) -> None:  # type:
             got.append((r.status_code, r.json()["usage"]["completion_tokens"]))  # still serving
             r = await c.get("/v1/models", headers=auth)
             got.append((r.status_code, r.json()["data"][0]["id"]))
+            r = await c.post("/v1/completions", json={"model": "p", "prompt": "x"}, headers=auth)
+            got.append(
+                (r.status_code, r.json()["choices"][0]["finish_reason"] in ("stop", "length"))
+            )
+            r = await c.post("/v1/chat/completions", json=ok, headers=auth)  # max_calls=2
+            got.append((r.status_code, r.json()["error"]["type"]))
+            assert s.stop_reason == "max_turns"
             ep.close_session(s.key)
             r = await c.post("/v1/chat/completions", json=ok, headers=auth)
             got.append((r.status_code, r.json()["error"]))
@@ -159,6 +173,6 @@ def test_bad_requests_get_json_errors_naming_the_field(taught) -> None:  # type:
     assert params == [
         (401, None), (400, "messages[0].role"), (400, "max_tokens"), (400, "temperature"),
         (400, "model"), (400, "tools[0]"), (400, "prompt"), (404, None), (400, "body"),
-        (200, 4), (200, "gyre-policy"), (409, None),
+        (200, 4), (200, "gyre-policy"), (200, True), (429, "budget_exhausted"), (409, None),
     ]  # fmt: skip
     assert all("Traceback" not in str(e) for _, e in got)

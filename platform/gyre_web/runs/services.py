@@ -58,9 +58,17 @@ def validate_config(config: Any) -> Any:
     if not isinstance(config, dict):
         raise ConfigInvalid([("config", "must be an object")])
     try:
-        return RunConfig.from_dict(config)
+        cfg = RunConfig.from_dict(config)
     except ConfigError as err:
         raise ConfigInvalid(list(err.errors) or [("config", str(err))]) from None
+    if not settings.GYRE_EXTERNAL_AGENTS:
+        problem = "external agents run code on the workers; this platform does not allow them (GYRE_EXTERNAL_AGENTS)"
+        named = [
+            (f"rollout.{f}", problem) for f in ("agent", "agent_command") if getattr(cfg.rollout, f)
+        ]
+        if named:
+            raise ConfigInvalid(named)
+    return cfg
 
 
 def deep_merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:

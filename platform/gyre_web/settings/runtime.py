@@ -1,6 +1,6 @@
 """Where runs execute: the Ray cluster (RAY_ADDRESS) and the runs' working directories."""
 
-from gyre_web.settings.env import data_dir, env_float, env_str
+from gyre_web.settings.env import data_dir, env_bool, env_float, env_str
 
 RAY_ADDRESS = env_str("RAY_ADDRESS")
 GYRE_DATA_DIR = data_dir()
@@ -27,3 +27,6 @@ GYRE_TAKEOVER_SECONDS = env_float("GYRE_TAKEOVER_SECONDS", 30.0)
 # Trajectory imports (POST /api/runs/{id}/import/): the largest file, and its longest line.
 GYRE_IMPORT_MAX_BYTES = int(env_float("GYRE_IMPORT_MAX_BYTES", 1024 * 2**20))
 GYRE_IMPORT_MAX_LINE_BYTES = int(env_float("GYRE_IMPORT_MAX_LINE_BYTES", 8 * 2**20))
+# Runs may name an external agent (rollout.agent, rollout.agent_command): code the workers
+# import or run. Off unless the operator allows it; a run naming one is refused by field.
+GYRE_EXTERNAL_AGENTS = env_bool("GYRE_EXTERNAL_AGENTS", False)

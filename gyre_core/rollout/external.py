@@ -1,0 +1,224 @@
+"""External agents: a user's own agent plays a run's task through the OpenAI-compatible
+endpoint, and the environment scores what it did.
+
+A run names its agent in one of two ways (``rollout.agent`` / ``rollout.agent_command``):
+
+* **A Python callable** by import path, ``"package.module:function"``: called with an
+  :class:`AgentTask` (a coroutine function is awaited, a plain function runs in a thread);
+* **A command line**, run once per rollout in the directory the run was started in, in a
+  process group of its own, with the session in its environment: ``OPENAI_BASE_URL`` and
+  ``OPENAI_API_KEY`` (so an unmodified ``openai`` client talks to the run), ``GYRE_MODEL``,
+  ``GYRE_TASK_ID``, ``GYRE_TASK_PROMPT``, ``GYRE_TASK_DIR`` (the task's folder, where the
+  environment has one: ``workdir``), ``GYRE_SEED``. A command whose first word is ``python``
+  or ``python3`` runs under the run's own interpreter.
+
+The agent's calls are recorded by its endpoint session (:mod:`~gyre_core.rollout.chat_session`).
+When the agent returns, the environment's finishing action (the coding suite's ``submit``:
+its hidden tests) runs if the agent did not end the episode, and the environment's progress
+is the rollout's. The session's budgets apply as to built-in sessions: ``max_turns`` calls
+and ``token_budget`` generated tokens (a call past them gets HTTP 429, and the rollout ends
+with status ``timeout``), ``time_budget_s`` wall seconds (the agent is cancelled, its process
+group killed: ``timeout``). An agent that raises or exits non-zero fails its rollout alone
+(status ``failed``, the reason and the tail of its stderr in ``extra``); what it did until
+then is kept and scored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import inspect
+import os
+import shlex
+import signal
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gyre_core.events import EventSink, RolloutFinished, RolloutProgress, RolloutStarted
+from gyre_core.rollout.chat_session import ChatSession
+from gyre_core.rollout.config import RolloutConfig
+from gyre_core.rollout.endpoint import Endpoint
+from gyre_core.rollout.router import Router
+from gyre_core.rollout.task_env import TaskEnv
+from gyre_core.trajectory.format import Rollout
+
+STDERR_TAIL = 2000  # characters of a failed agent's stderr kept in the rollout
+
+
+@dataclass(frozen=True, slots=True)
+class AgentTask:
+    """What an external agent is given for one rollout."""
+
+    base_url: str  # an OpenAI client's base_url: this rollout's own session
+    api_key: str  # the session's key (the base URL alone is enough)
+    model: str
+    task_id: str
+    prompt: str  # the environment's task prompt
+    workdir: str | None  # the task's folder, where it has one
+    seed: int
+
+
+class AgentError(ValueError):
+    """An agent spec that cannot be used; ``field`` names the config field."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+
+
+def load_callable(path: str, field: str) -> Callable[..., Any]:
+    """``"package.module:name"`` imported, or an :class:`AgentError` naming ``field``."""
+    module, sep, name = path.partition(":")
+    if not sep or not module or not name:
+        raise AgentError(field, f"expected 'package.module:name', got {path!r}")
+    try:
+        obj: Any = importlib.import_module(module)
+    except Exception as e:  # an import runs the user's code: anything can go wrong
+        raise AgentError(field, f"cannot import {module!r}: {type(e).__name__}: {e}") from None
+    for part in name.split("."):
+        if not hasattr(obj, part):
+            raise AgentError(field, f"{module!r} has no attribute {name!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise AgentError(field, f"{path!r} is not callable")
+    return obj  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalAgent:
+    """A run's external agent: a callable or a command line (exactly one)."""
+
+    call: Callable[[AgentTask], Any] | None = None
+    command: tuple[str, ...] = ()
+
+    @classmethod
+    def from_config(cls, cfg: RolloutConfig) -> ExternalAgent | None:
+        """The configured agent (``RunConfig`` checked the fields' form); an import that
+        fails is an :class:`AgentError` naming ``rollout.agent``."""
+        if cfg.agent:
+            return cls(call=load_callable(cfg.agent, "rollout.agent"))
+        argv = tuple(shlex.split(cfg.agent_command))
+        return cls(command=argv) if argv else None
+
+    async def run(self, task: AgentTask) -> None:
+        """Play the task; raises :class:`AgentFailed` when the agent fails."""
+        if self.call is not None:
+            try:
+                if inspect.iscoroutinefunction(self.call):
+                    await self.call(task)
+                else:
+                    await asyncio.to_thread(self.call, task)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                raise AgentFailed(f"{type(e).__name__}: {e}", "") from e
+            return
+        await self._run_command(task)
+
+    async def _run_command(self, task: AgentTask) -> None:
+        env = {
+            **os.environ,
+            "OPENAI_BASE_URL": task.base_url,
+            "OPENAI_API_KEY": task.api_key,
+            "GYRE_MODEL": task.model,
+            "GYRE_TASK_ID": task.task_id,
+            "GYRE_TASK_PROMPT": task.prompt,
+            "GYRE_TASK_DIR": task.workdir or "",
+            "GYRE_SEED": str(task.seed),
+        }
+        argv = list(self.command)
+        if argv[0] in ("python", "python3"):
+            argv[0] = sys.executable
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            env=env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,  # its own process group: a kill takes its children too
+        )
+        try:
+            _, err = await proc.communicate()
+        except asyncio.CancelledError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+            raise
+        if proc.returncode != 0:
+            tail = err.decode(errors="replace")[-STDERR_TAIL:]
+            raise AgentFailed(f"agent command exited with code {proc.returncode}", tail)
+
+
+class AgentFailed(Exception):
+    def __init__(self, reason: str, stderr: str) -> None:
+        super().__init__(reason)
+        self.reason, self.stderr = reason, stderr
+
+
+async def run_external(
+    agent: ExternalAgent,
+    env: TaskEnv,
+    endpoint: Endpoint,
+    router: Router,
+    cfg: RolloutConfig,
+    *,
+    rollout_id: str,
+    group_id: str = "",
+    sink: EventSink,
+    seed: int = 0,
+    step: int = 0,
+) -> Rollout:
+    """Play one rollout of ``env`` with ``agent`` through ``endpoint`` (see the module)."""
+    t0 = time.monotonic()
+    sink.emit(RolloutStarted(t=0.0, rollout_id=rollout_id, task_id=env.task_id,
+                             group_id=group_id or rollout_id, step=step))  # fmt: skip
+    prompt = await asyncio.to_thread(env.reset)
+
+    def report(chat: ChatSession) -> None:
+        kinds = Counter(c.kind for c in chat.calls)
+        sink.emit(RolloutProgress(
+            t=time.monotonic() - t0, rollout_id=rollout_id, turns=len(chat.calls),
+            tokens=chat.generated, progress=float(env.progress()), branches=dict(kinds),
+        ))  # fmt: skip
+
+    session = endpoint.open(
+        rollout_id, router, max_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+        seed=seed, max_calls=cfg.max_turns, token_budget=cfg.token_budget, on_call=report,
+    )  # fmt: skip
+    workdir = getattr(env, "workdir", None)
+    task = AgentTask(session.base_url, session.key, endpoint.model, env.task_id, prompt,
+                     str(workdir) if workdir is not None else None, seed)  # fmt: skip
+    status, reason, stderr = "completed", None, ""
+    try:
+        await asyncio.wait_for(agent.run(task), timeout=cfg.time_budget_s or None)
+    except TimeoutError:
+        status, reason = "timeout", "time_budget"
+    except AgentFailed as e:
+        status, reason, stderr = "failed", e.reason, e.stderr
+    finally:
+        chat = endpoint.close_session(session.key)
+    if status == "completed" and session.stop_reason:
+        status, reason = "timeout", session.stop_reason
+    finish = env.finish_action()
+    if finish is not None:
+        await asyncio.to_thread(env.step, finish)
+    progress = float(env.progress())
+    versions = [int(v) for c in chat.calls for v in c.versions]
+    sink.emit(RolloutFinished(
+        t=time.monotonic() - t0, rollout_id=rollout_id, status=status, progress=progress,
+        reward=progress, turns=len(chat.calls), tokens=chat.generated,
+        versions=(min(versions), max(versions)) if versions else (0, 0),
+    ))  # fmt: skip
+    extra: dict[str, object] = {"turns": len(chat.calls), "tokens_generated": chat.generated,
+                                "clock_s": round(time.monotonic() - t0, 6), "stop_reason": reason,
+                                "seed": seed, "agent": "external"}  # fmt: skip
+    if stderr:
+        extra["agent_stderr"] = stderr
+    return chat.rollout(env.task_id, status, progress, group_id, extra)
+
+
+__all__ = ["AgentError", "AgentTask", "ExternalAgent", "load_callable", "run_external"]
