@@ -46,6 +46,22 @@ def test_bad_config_returns_every_bad_field_by_name(people, exp, sim_config, cli
     assert not Run.objects.exists()
 
 
+def test_an_external_agent_is_refused_unless_the_operator_allows_it(
+    people, exp, sim_config, client_for, settings
+):
+    """A run's external agent is code the workers run: off unless GYRE_EXTERNAL_AGENTS."""
+    sim_config["rollout"] = {"agent_command": "python agent.py"}
+    post = lambda: client_for(people["member"]).post(  # noqa: E731
+        "/api/runs/", {"experiment": exp.pk, "config": sim_config}, format="json"
+    )
+    settings.GYRE_EXTERNAL_AGENTS = False
+    resp = post()
+    assert resp.status_code == 400 and list(resp.json()["config"]) == ["rollout.agent_command"]
+    assert "GYRE_EXTERNAL_AGENTS" in str(resp.json()["config"]) and not Run.objects.exists()
+    settings.GYRE_EXTERNAL_AGENTS = True
+    assert post().status_code == 201
+
+
 def test_a_cross_field_rule_is_refused_by_name_before_a_run_is_queued(people, exp, client_for):
     """kv_heads must divide the tiny model's heads: the API says so, instead of the worker
     failing minutes later while it builds the model."""

@@ -176,3 +176,14 @@ def test_bad_requests_get_json_errors_naming_the_field(taught) -> None:  # type:
         (200, 4), (200, "gyre-policy"), (200, True), (429, "budget_exhausted"), (409, None),
     ]  # fmt: skip
     assert all("Traceback" not in str(e) for _, e in got)
+
+
+def test_the_endpoint_benchmark_measures_both_paths() -> None:
+    sys.path.insert(0, str(Path(__file__).parents[2]))
+    from benchmarks.endpoint_bench import main
+
+    rows = main(["--sessions", "1", "3", "--calls", "4"])
+    assert [r["sessions"] for r in rows] == [1, 3]
+    for r in rows:
+        for path in ("in_process", "endpoint"):
+            assert r[path]["calls"] == 4 * r["sessions"] and r[path]["calls_per_s"] > 0
