@@ -81,8 +81,8 @@ class ChatSession:
         best: tuple[int, _Turn] | None = None
         for turn in reversed(self._turns):  # the latest wins a tie
             seq = [*turn.keys, turn.reply]
-            k = 0
-            while k < min(len(seq), len(keys)) and seq[k] == keys[k]:
+            k, limit = 0, min(len(seq), len(keys))
+            while k < limit and seq[k] == keys[k]:
                 k += 1
             if k and (best is None or k > best[0]):
                 best = (k, turn)

@@ -65,6 +65,30 @@ class RolloutConfig:
         "of the component in progress (docs/learning.md)",
         choices=("off", "status"),
     )
+    env: str = config_field(
+        "",
+        "an environment plugin, 'package.module:Class' (docs/agents.md): "
+        "replaces rollout.suite; '' = the built-in suite",
+        max_length=300,
+    )
+    tasks: str = config_field(
+        "",
+        "the plugin environment's tasks: a JSONL or Parquet file, one task a "
+        "line or row ('' = the plugin's own tasks(split))",
+        max_length=500,
+        path=True,
+    )
+    task_split_field: str = config_field(
+        "split",
+        "the task field naming its split (train, heldout, benchmark; train when absent)",
+        max_length=100,
+    )
+    reward_fn: str = config_field(
+        "",
+        "'package.module:function' mapping a finished rollout and its "
+        "environment to its reward ('' = rollout.reward on the progress)",
+        max_length=300,
+    )
     agent: str = config_field(
         "",
         "an external agent: 'package.module:function', called with each "
@@ -76,7 +100,7 @@ class RolloutConfig:
         "",
         "an external agent as a command line, run once a rollout in the task's "
         "folder with OPENAI_BASE_URL set to its session (docs/agents.md)",
-        max_length=2000,
+        max_length=500,
     )
     benchmark_split: str = config_field(
         "benchmark",

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import inspect
 import os
 import shlex
@@ -43,6 +42,7 @@ from gyre_core.events import EventSink, RolloutFinished, RolloutProgress, Rollou
 from gyre_core.rollout.chat_session import ChatSession
 from gyre_core.rollout.config import RolloutConfig
 from gyre_core.rollout.endpoint import Endpoint
+from gyre_core.rollout.plugins import load_callable
 from gyre_core.rollout.router import Router
 from gyre_core.rollout.task_env import TaskEnv
 from gyre_core.trajectory.format import Rollout
@@ -63,32 +63,6 @@ class AgentTask:
     seed: int
 
 
-class AgentError(ValueError):
-    """An agent spec that cannot be used; ``field`` names the config field."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field}: {problem}")
-        self.field = field
-
-
-def load_callable(path: str, field: str) -> Callable[..., Any]:
-    """``"package.module:name"`` imported, or an :class:`AgentError` naming ``field``."""
-    module, sep, name = path.partition(":")
-    if not sep or not module or not name:
-        raise AgentError(field, f"expected 'package.module:name', got {path!r}")
-    try:
-        obj: Any = importlib.import_module(module)
-    except Exception as e:  # an import runs the user's code: anything can go wrong
-        raise AgentError(field, f"cannot import {module!r}: {type(e).__name__}: {e}") from None
-    for part in name.split("."):
-        if not hasattr(obj, part):
-            raise AgentError(field, f"{module!r} has no attribute {name!r}")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise AgentError(field, f"{path!r} is not callable")
-    return obj  # type: ignore[no-any-return]
-
-
 @dataclass(frozen=True, slots=True)
 class ExternalAgent:
     """A run's external agent: a callable or a command line (exactly one)."""
@@ -99,7 +73,7 @@ class ExternalAgent:
     @classmethod
     def from_config(cls, cfg: RolloutConfig) -> ExternalAgent | None:
         """The configured agent (``RunConfig`` checked the fields' form); an import that
-        fails is an :class:`AgentError` naming ``rollout.agent``."""
+        fails is a :class:`~gyre_core.rollout.plugins.PluginError` naming ``rollout.agent``."""
         if cfg.agent:
             return cls(call=load_callable(cfg.agent, "rollout.agent"))
         argv = tuple(shlex.split(cfg.agent_command))
@@ -221,4 +195,4 @@ async def run_external(
     return chat.rollout(env.task_id, status, progress, group_id, extra)
 
 
-__all__ = ["AgentError", "AgentTask", "ExternalAgent", "load_callable", "run_external"]
+__all__ = ["AgentTask", "ExternalAgent", "run_external"]

@@ -11,8 +11,7 @@ from dataclasses import replace
 
 from gyre_core import events as ev
 from gyre_core.rollout.router import Router
-from gyre_core.rollout.task_env import make_env
-from gyre_core.runtime.session import SessionFactory, task_index
+from gyre_core.runtime.session import SessionFactory
 
 BENCH_SEED = 10_000_019  # benchmark episodes are seeded apart from training ones
 PHASE = "benchmark"  # the phase_progress name
@@ -49,14 +48,7 @@ async def benchmark(
 
     async def one(k: int, draw: int) -> float:
         nonlocal done
-        env = make_env(
-            cfg.rollout.suite,
-            cfg.rollout.benchmark_split,
-            task_index(cfg, k),
-            BENCH_SEED + k,
-            suite_seed=cfg.seed,
-            hints=sessions.hints,
-        )
+        env = sessions.suite.env(cfg.rollout.benchmark_split, k, BENCH_SEED + k)
         rid = f"bench-v{version}-{k}" + (f"-s{draw}" if samples else "")
         seed = BENCH_SEED * (draw + 1) + k if samples else 0
         try:

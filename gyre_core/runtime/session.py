@@ -24,8 +24,9 @@ from gyre_core.rollout.config import RolloutConfig
 from gyre_core.rollout.endpoint import Endpoint
 from gyre_core.rollout.external import ExternalAgent, run_external
 from gyre_core.rollout.harness import run_session
+from gyre_core.rollout.plugins import BuiltinSuite, Suite, load_callable, plugin_suite, reward_of
 from gyre_core.rollout.router import Router
-from gyre_core.rollout.task_env import TaskEnv, make_env
+from gyre_core.rollout.task_env import TaskEnv
 from gyre_core.train.trainer import Trainer
 from gyre_core.trajectory.format import Rollout
 
@@ -85,6 +86,14 @@ def tokenizer_corpus(cfg: RunConfig) -> list[str] | None:
     return texts
 
 
+def make_suite(cfg: RunConfig) -> Suite:
+    """The run's tasks: the plugin environment (``rollout.env``) or the built-in suite."""
+    r = cfg.rollout
+    if r.env:
+        return plugin_suite(r.env, r.tasks, r.task_split_field)
+    return BuiltinSuite(r.suite, lambda k: task_index(cfg, k), cfg.seed, r.hints == "status")
+
+
 def task_index(cfg: RunConfig, k: int) -> int:
     """The ``k``-th task of the configured size (make_env cycles the repo suite's sizes by
     index; any index >= 0 is a task of every suite, the coding suite's pool wrapping)."""
@@ -107,6 +116,9 @@ class SessionFactory:
         self.rollouts_done = 0
         self.first_rollout_at: float | None = None  # when the first session started
         self.agent = ExternalAgent.from_config(cfg.rollout)  # None: the built-in harness
+        self.suite = make_suite(cfg)
+        r = cfg.rollout
+        self.reward_fn = load_callable(r.reward_fn, "rollout.reward_fn") if r.reward_fn else None
         self._endpoint: Endpoint | None = None
         self._endpoint_lock = asyncio.Lock()
 
@@ -140,14 +152,19 @@ class SessionFactory:
         behind ``router``, or the external agent through the endpoint."""
         sink = sink or ev.NullSink()
         if self.agent is None:
-            return await run_session(
+            rollout = await run_session(
                 env, ModelAgent(router, self.tokenizer), self.tokenizer, harness,
                 rollout_id=rollout_id, group_id=group_id, sink=sink, seed=seed, step=step,
             )  # fmt: skip
-        return await run_external(
-            self.agent, env, await self.endpoint(), router, harness,
-            rollout_id=rollout_id, group_id=group_id, sink=sink, seed=seed, step=step,
-        )  # fmt: skip
+        else:
+            rollout = await run_external(
+                self.agent, env, await self.endpoint(), router, harness,
+                rollout_id=rollout_id, group_id=group_id, sink=sink, seed=seed, step=step,
+            )  # fmt: skip
+        error = getattr(env, "error", None)  # a plugin environment that raised
+        if isinstance(error, str):
+            rollout.status, rollout.extra["env_error"] = "failed", error
+        return rollout
 
     def make_trainer(self) -> Trainer:
         model = AutoModelForCausalLM.from_pretrained(str(self.model_dir), dtype=torch.float32)
@@ -172,14 +189,7 @@ class SessionFactory:
         task, group, step = self._group(idx)
         if self.first_rollout_at is None:
             self.first_rollout_at = self.clock()
-        env = make_env(
-            self.cfg.rollout.suite,
-            "train",
-            task_index(self.cfg, task),
-            self.cfg.seed * 1_000_003 + idx,
-            suite_seed=self.cfg.seed,
-            hints=self.hints,
-        )
+        env = self.suite.env("train", task, self.cfg.seed * 1_000_003 + idx)
         try:
             rollout = await self.play(
                 env,
@@ -194,10 +204,14 @@ class SessionFactory:
             credit = getattr(env, "credit", None)
             if self.cfg.rollout.reward == "partial" and callable(credit):
                 rollout.reward = float(credit())
+            if self.cfg.rollout.reward == "binary":
+                rollout.reward = 1.0 if rollout.progress >= 1.0 else 0.0
+            if self.reward_fn is not None:
+                rollout.reward, problem = reward_of(self.reward_fn, rollout, env)
+                if problem is not None:
+                    rollout.status, rollout.extra["reward_error"] = "failed", problem
         finally:
             env.close()
-        if self.cfg.rollout.reward == "binary":
-            rollout.reward = 1.0 if rollout.progress >= 1.0 else 0.0
         self.rollouts_done += 1
         return rollout
 

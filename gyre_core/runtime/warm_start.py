@@ -13,9 +13,8 @@ from pathlib import Path
 from gyre_core import events as ev
 from gyre_core.rollout.agents import ScriptedAgent
 from gyre_core.rollout.harness import run_session
-from gyre_core.rollout.task_env import make_env
 from gyre_core.runtime import warm_cache
-from gyre_core.runtime.session import SessionFactory, task_index
+from gyre_core.runtime.session import SessionFactory
 from gyre_core.runtime.warm_target import LocalTrainer, WarmTarget
 from gyre_core.train.trainer import Trainer
 
@@ -37,6 +36,7 @@ class WarmStart:
             sessions.hints,
         )
         self.sink, self.clock = sessions.sink, sessions.clock
+        self.suite = sessions.suite
         self.warm_start_s = 0.0
         self.warm_start_losses: list[float] = []
         self.warm_start_cached = ""  # the cache entry the warm start was loaded from
@@ -172,14 +172,7 @@ class WarmStart:
         for step in range(start, stop):
             demos = []
             for k in range(step * n, (step + 1) * n):
-                env = make_env(
-                    self.cfg.rollout.suite,
-                    "train",
-                    task_index(self.cfg, 10_000 + k),
-                    k,
-                    suite_seed=self.cfg.seed,
-                    hints=self.hints,
-                )
+                env = self.suite.env("train", 10_000 + k, k)
                 try:
                     demos.append(
                         await run_session(

@@ -19,7 +19,8 @@ from gyre_core.config import ConfigError, RunConfig
 from gyre_core.events import ListSink
 from gyre_core.rollout.config import RolloutConfig
 from gyre_core.rollout.endpoint import Endpoint
-from gyre_core.rollout.external import AgentError, AgentTask, ExternalAgent, run_external
+from gyre_core.rollout.external import AgentTask, ExternalAgent, run_external
+from gyre_core.rollout.plugins import PluginError
 from gyre_core.rollout.router import Router
 from gyre_core.rollout.task_env import make_env
 from gyre_core.rollout.torch_engine import TorchEngine
@@ -121,9 +122,9 @@ def test_a_callable_agent_that_raises_fails_its_rollout_alone(policy) -> None:  
 
 
 def test_plugin_paths_are_refused_by_field() -> None:
-    with pytest.raises(AgentError, match=r"rollout\.agent: cannot import 'no_such_module_x'"):
+    with pytest.raises(PluginError, match=r"rollout\.agent: cannot import 'no_such_module_x'"):
         ExternalAgent.from_config(RolloutConfig(agent="no_such_module_x:run"))
-    with pytest.raises(AgentError, match="has no attribute 'nope'"):
+    with pytest.raises(PluginError, match="has no attribute 'nope'"):
         ExternalAgent.from_config(RolloutConfig(agent="json:nope"))
     with pytest.raises(ConfigError) as e:
         RunConfig.from_dict({"rollout": {"agent": "json", "agent_command": "a 'b"}})

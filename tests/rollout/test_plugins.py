@@ -1,0 +1,123 @@
+"""Plugins by import path: an environment class, its tasks from a JSONL or Parquet file (or
+its own list), a reward function; sessions of a run play them on a real engine, and a
+plugin that raises fails its rollout alone."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gyre_core.config import ConfigError, RunConfig
+from gyre_core.events import ListSink
+from gyre_core.rollout.plugins import PluginEnv, PluginError, plugin_suite, read_tasks
+from gyre_core.rollout.router import Router
+from gyre_core.rollout.torch_engine import TorchEngine
+from gyre_core.runtime.benchmark import benchmark
+from gyre_core.runtime.session import SessionFactory, make_model_dir
+
+ENV = "tests.rollout.plugins.word_env:WordEnv"
+
+
+def write_jsonl(path: Path, rows: list[Any]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_a_task_file_is_read_by_split_in_jsonl_or_parquet(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    rows = [
+        {"id": "a", "word": "apple", "part": None},
+        {"id": "b", "word": "pear", "part": "heldout"},
+        {"id": "c", "word": "fig", "part": "train"},
+    ]
+    got = read_tasks(write_jsonl(tmp_path / "t.jsonl", rows), "part")
+    assert [t["word"] for t in got["train"]] == ["apple", "fig"] and got["heldout"][0][
+        "word"
+    ] == "pear"
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "t.parquet")
+    assert read_tasks(tmp_path / "t.parquet", "part") == got
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ('{"word": "a"}\n{not json\n', "t.jsonl:2: not JSON"),
+        ('{"word": "a"}\n[1, 2]\n', "t.jsonl:2: expected a JSON object, got list"),
+        ('{"word": "a", "split": "test"}\n', "t.jsonl:1: split 'test' is not one of"),
+        ('{"word": "a", "split": "heldout"}\n', "no train tasks"),
+    ],
+)
+def test_a_bad_task_file_is_refused_naming_its_line(tmp_path, content: str, problem: str) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "t.jsonl").write_text(content)
+    with pytest.raises(PluginError, match=r"rollout\.tasks") as e:
+        read_tasks(tmp_path / "t.jsonl")
+    assert problem in str(e.value)
+
+
+def test_plugin_paths_and_fields_are_refused_by_name(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(PluginError, match=r"rollout\.env: cannot import"):
+        plugin_suite("tests.rollout.plugins.nowhere:Env", "", "split")
+    with pytest.raises(PluginError, match=r"rollout\.tasks: .* no tasks\(split\)"):
+        plugin_suite("json:JSONDecoder", "", "split")
+    with pytest.raises(ConfigError) as e:
+        RunConfig.from_dict({"rollout": {"env": "no-colon", "tasks": "t.jsonl", "reward_fn": "x"}})
+    assert {f for f, _ in e.value.errors} == {"rollout.env", "rollout.reward_fn"}
+    with pytest.raises(ConfigError, match=r"needs rollout\.env"):
+        RunConfig.from_dict({"rollout": {"tasks": "t.jsonl"}})
+    with pytest.raises(ConfigError, match="warm_start_steps"):
+        RunConfig.from_dict({"rollout": {"env": ENV}, "train": {"warm_start_steps": 2}})
+
+
+def test_a_plugin_that_raises_ends_its_episode_and_keeps_why() -> None:
+    suite = plugin_suite(ENV, "", "split")
+    env = suite.env("train", 0, 0)
+    assert env.reset() == "Say the word apple." and env.step("apple pie") == ("yes", True)
+    assert env.progress() == 1.0 and env.component_done(0)
+    crashing = PluginEnv(type("Crash", (), {"reset": lambda s: "go", "step": lambda s, a: 1 / 0,
+                                            "progress": lambda s: 7.0})(), "t")  # fmt: skip
+    assert crashing.step("x")[1] is True and "ZeroDivisionError" in str(crashing.error)
+    assert crashing.progress() == 1.0  # clamped into [0, 1]
+
+
+def test_run_sessions_play_a_plugin_with_its_task_file_and_reward(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from transformers import AutoModelForCausalLM
+
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [
+        {"id": "t-apple", "word": "apple"}, {"id": "t-crash", "word": "crash"},
+        {"id": "t-boom", "word": "boom"}, {"id": "b-pear", "word": "pear", "split": "benchmark"},
+    ])  # fmt: skip
+    d = {"model": {"layers": 1}, "rollout": {
+        "env": ENV, "tasks": str(tasks), "reward_fn": "tests.rollout.plugins.word_env:reward",
+        "tasks_per_step": 3, "group_size": 1, "max_turns": 3, "max_new_tokens": 8, "benchmark_tasks": 1}}  # fmt: skip
+    model_dir = make_model_dir(RunConfig.from_dict(d), tmp_path)
+    cfg = RunConfig.from_dict({**d, "model": {"checkpoint": str(model_dir)}})
+    sink = ListSink()
+    factory = SessionFactory(cfg, model_dir, sink, lambda: 0.0)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir))
+    router = Router({"e": TorchEngine(model)})
+
+    async def play() -> list[Any]:
+        return [await factory.session(i, router, None) for i in range(3)]  # type: ignore[arg-type]
+
+    apple, crash, boom = asyncio.run(play())
+    assert (apple.task_id, apple.status) == ("t-apple", "completed") and len(apple.calls) == 3
+    assert apple.reward == pytest.approx(apple.progress - 0.03)  # the reward function's
+    assert (
+        crash.status == "failed"
+        and "KeyError" in crash.extra["env_error"]
+        and len(crash.calls) == 1
+    )
+    assert boom.status == "failed" and "the task could not start" in boom.extra["env_error"]
+    score = asyncio.run(benchmark(factory, router, 0))  # the file's benchmark split
+    assert 0.0 <= score <= 1.0
+    # a reward function that raises fails its rollout alone
+    broken = RunConfig.from_dict({**d, "model": {"checkpoint": str(model_dir)},
+                                  "rollout": {**d["rollout"], "reward_fn": "tests.rollout.plugins.word_env:broken_reward"}})  # fmt: skip
+    r = asyncio.run(SessionFactory(broken, model_dir, sink, lambda: 0.0).session(0, router, None))  # type: ignore[arg-type]
+    assert r.status == "failed" and r.reward == 0.0 and "cannot score" in r.extra["reward_error"]
