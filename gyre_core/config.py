@@ -241,7 +241,9 @@ def _cross_checks(cfg: RunConfig) -> list[tuple[str, str]]:
     if t.warm_start_settle_loss and not t.warm_start_anneal_steps:
         problem = "needs train.warm_start_anneal_steps > 0 (the length of a round)"
         errors.append(("train.warm_start_settle_loss", problem))
-    demos = t.warm_start_steps and not t.warm_start_from
+    demos = t.warm_start_steps and not t.warm_start_from and not t.warm_start_data
+    if t.warm_start_data and t.warm_start_from:
+        errors.append(("train.warm_start_data", "set train.warm_start_from or this, not both"))
     if demos and t.warm_start_skip_check and cfg.rollout.suite != "repo":
         problem = "needs rollout.suite repo (whose components end in a check)"
         errors.append(("train.warm_start_skip_check", f"{problem}, not {cfg.rollout.suite}"))

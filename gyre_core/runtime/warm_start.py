@@ -12,11 +12,13 @@ from pathlib import Path
 
 from gyre_core import events as ev
 from gyre_core.rollout.agents import ScriptedAgent
+from gyre_core.rollout.chat_log import read_demonstrations
 from gyre_core.rollout.harness import run_session
 from gyre_core.runtime import warm_cache
 from gyre_core.runtime.session import SessionFactory
 from gyre_core.runtime.warm_target import LocalTrainer, WarmTarget
 from gyre_core.train.trainer import Trainer
+from gyre_core.trajectory.format import Rollout
 
 PHASE, ANNEAL_PHASE = "warm start", "warm start (anneal)"  # phase_progress names
 ROUND_PHASE = "warm start (round)"  # a round at the warm start's rate after the tail
@@ -37,6 +39,7 @@ class WarmStart:
         )
         self.sink, self.clock = sessions.sink, sessions.clock
         self.suite = sessions.suite
+        self._data: list[Rollout] | None = None  # train.warm_start_data, once read
         self.warm_start_s = 0.0
         self.warm_start_losses: list[float] = []
         self.warm_start_cached = ""  # the cache entry the warm start was loaded from
@@ -148,6 +151,33 @@ class WarmStart:
             phase=ANNEAL_PHASE,
         )
 
+    def data(self) -> list[Rollout]:
+        """The demonstrations of ``train.warm_start_data``, read once (a bad line fails the
+        run at its warm start, naming the file, the line and the field)."""
+        if self._data is None:
+            self._data = read_demonstrations(Path(self.cfg.train.warm_start_data), self.tokenizer)
+            if not self._data:
+                raise ValueError(
+                    f"train.warm_start_data: {self.cfg.train.warm_start_data}: no rollouts"
+                )
+        return self._data
+
+    async def _demo(self, k: int) -> Rollout:
+        """The ``k``-th demonstration: from the data file (cycling), or played by the
+        scripted demonstrator on training task ``10_000 + k``."""
+        t = self.cfg.train
+        if t.warm_start_data:
+            data = self.data()
+            return data[k % len(data)]
+        env = self.suite.env("train", 10_000 + k, k)
+        try:
+            agent = ScriptedAgent(env, self.tokenizer, seed=k, skip_check=t.warm_start_skip_check)
+            return await run_session(
+                env, agent, self.tokenizer, self.harness, rollout_id=f"demo{k}"
+            )
+        finally:
+            env.close()
+
     async def _supervised(
         self,
         trainer: WarmTarget,
@@ -170,23 +200,7 @@ class WarmStart:
         every = max(1, min(REPORT_EVERY, (stop - base) // 10))
         self._report(phase, start - base, stop - base, losses, until_loss)
         for step in range(start, stop):
-            demos = []
-            for k in range(step * n, (step + 1) * n):
-                env = self.suite.env("train", 10_000 + k, k)
-                try:
-                    demos.append(
-                        await run_session(
-                            env,
-                            ScriptedAgent(
-                                env, self.tokenizer, seed=k, skip_check=t.warm_start_skip_check
-                            ),
-                            self.tokenizer,
-                            self.harness,
-                            rollout_id=f"demo{k}",
-                        )
-                    )
-                finally:
-                    env.close()
+            demos = [await self._demo(k) for k in range(step * n, (step + 1) * n)]
             losses.append(await trainer.sft(trainer.prepare(demos, 0), lr))
             if until_loss and len(losses) >= 20 and _mean20(losses) <= until_loss:
                 self._report(

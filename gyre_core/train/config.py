@@ -94,6 +94,13 @@ class TrainConfig:
         "instead of running one ('' = off)",
         path=True,
     )
+    warm_start_data: str = config_field(
+        "",
+        "demonstrations the warm start trains on instead of the scripted "
+        "demonstrator: a gyre.trajectory/v1 file or an OpenAI message log "
+        "(docs/agents.md; '' = scripted)",
+        path=True,
+    )
     warm_start_cache: str = config_field(
         "",
         "folder keeping warm-started trainers keyed by everything "
