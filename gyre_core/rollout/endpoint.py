@@ -25,12 +25,15 @@ the finish chunk and ``[DONE]``.
 Errors are JSON ``{"error": {"message", "type", "param"}}``: 400 for a bad request (naming
 the field), 401 for an unknown key, 404/405 for an unknown route or method, 409 for a session
 that was closed, 429 once a session's call or token budget is spent
-(``"type": "budget_exhausted"``), 503 when no engine is live; never a traceback.
+(``"type": "budget_exhausted"``), 503 when no engine is live, 500 (logged) for anything
+else; never a traceback.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -45,6 +48,7 @@ from gyre_core.rollout.engine import Completion, SamplingParams
 from gyre_core.rollout.router import NoEngineError, Router
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+log = logging.getLogger(__name__)
 
 
 class HTTPError(Exception):
@@ -85,6 +89,11 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
         return _error(503, f"no engine can serve the call: {e}", "service_unavailable")
     except web.HTTPException as e:  # aiohttp's own 404 / 405 / 413
         return _error(e.status, e.reason, "invalid_request_error")
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # a bug or an engine failure: JSON, logged, never a traceback
+        log.exception("endpoint: %s %s failed", request.method, request.path)
+        return _error(500, f"internal error ({type(e).__name__})", "server_error")
 
 
 class Endpoint:

@@ -187,3 +187,35 @@ def test_the_endpoint_benchmark_measures_both_paths() -> None:
     for r in rows:
         for path in ("in_process", "endpoint"):
             assert r[path]["calls"] == 4 * r["sessions"] and r[path]["calls_per_s"] > 0
+
+
+def test_an_engine_failure_is_a_json_500_and_the_endpoint_serves_on(taught) -> None:  # type: ignore[no-untyped-def]
+    model, tok = taught
+
+    class Failing(TorchEngine):
+        async def generate(self, prompt_ids, params, *, request_id):  # type: ignore[no-untyped-def]
+            if request_id.endswith("/c0"):
+                raise ValueError("the engine rejected the request")
+            return await super().generate(prompt_ids, params, request_id=request_id)
+
+    async def main() -> list[tuple[int, Any]]:
+        ep = Endpoint(tok)
+        url = await ep.start()
+        s = ep.open("r0", Router({"e": Failing(model)}), max_tokens=4, temperature=1.0, seed=0)
+        body = {"model": "p", "messages": [{"role": "user", "content": "hi"}]}
+        async with httpx.AsyncClient(base_url=s.base_url, timeout=60) as c:
+            got = []
+            for _ in range(2):
+                r = await c.post("/chat/completions", json=body)
+                got.append((r.status_code, r.json()))
+        await ep.close()
+        assert url
+        return got
+
+    (code, err), (ok, reply) = asyncio.run(main())
+    assert (
+        code == 500
+        and err["error"]["type"] == "server_error"
+        and "ValueError" in err["error"]["message"]
+    )
+    assert ok == 200 and reply["usage"]["completion_tokens"] >= 1

@@ -26,6 +26,10 @@ def test_the_example_agent_trains_under_elastic(ray_cluster, tmp_path, monkeypat
     # longer calls, more sessions at once: a unit leaving rollout has calls to migrate
     d["steps"] = 2
     d["rollout"].update(tasks_per_step=2, token_budget=4096)
+    # a lower context budget than the example's: a compaction within 8 calls even when the
+    # model ends some replies early
+    d["rollout"]["agent_command"] = d["rollout"]["agent_command"].replace("1000", "900")
+    assert "--context-budget 900" in d["rollout"]["agent_command"]
     sink = ListSink()
     out = run_job(RunConfig.from_dict(d), sink=sink, workdir=tmp_path)
     assert out["status"] == "succeeded" and out["steps"] == d["steps"]
