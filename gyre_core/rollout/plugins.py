@@ -43,6 +43,8 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -62,10 +64,14 @@ class PluginError(ValueError):
 
 
 def load_callable(path: str, field: str) -> Callable[..., Any]:
-    """``"package.module:name"`` imported, or a :class:`PluginError` naming ``field``."""
+    """``"package.module:name"`` imported (installed, or importable from the directory the
+    run started in), or a :class:`PluginError` naming ``field``."""
     module, sep, name = path.partition(":")
     if not sep or not module or not name:
         raise PluginError(field, f"expected 'package.module:name', got {path!r}")
+    here = os.getcwd()  # a module beside the run imports, as with `python -m`
+    if here not in sys.path:
+        sys.path.append(here)
     try:
         obj: Any = importlib.import_module(module)
     except Exception as e:  # an import runs the user's code: anything can go wrong

@@ -46,13 +46,15 @@ def test_the_example_agent_trains_under_elastic(ray_cluster, tmp_path, monkeypat
 
 
 def test_endpoint_sessions_migrate_with_their_tokens_under_elastic(ray_cluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """An agent named by import path, whose sessions differ in length: elastic harvests
-    engines while the longer ones are mid-call, and those calls move with their tokens."""
+    """An agent named by import path whose sessions differ in length (one call, or six long
+    ones): the first batch is ready while the long sessions are mid-call on every engine,
+    elastic harvests an engine for training, and the calls on it move with their tokens."""
     d = yaml.safe_load(EXAMPLE.read_text())
     d["rollout"].pop("agent_command")
-    d["scheduler"]["elastic_train_share"] = 0.25  # 3 engines to harvest from
-    d["rollout"].update(agent="tests.runtime.agents:varied", tasks_per_step=1, group_size=4,
-                        max_turns=12, max_new_tokens=64, token_budget=4096)  # fmt: skip
+    d["steps"] = 2
+    d["scheduler"]["elastic_train_share"] = 0.25  # 3 engines at the start
+    d["rollout"].update(agent="tests.runtime.agents:varied", tasks_per_step=2, group_size=4,
+                        max_turns=12, max_new_tokens=512, token_budget=8192)  # fmt: skip
     sink = ListSink()
     out = run_job(RunConfig.from_dict(d), sink=sink, workdir=tmp_path)
     assert out["status"] == "succeeded" and out["sessions_restarted"] == 0
@@ -65,5 +67,5 @@ def test_endpoint_sessions_migrate_with_their_tokens_under_elastic(ray_cluster, 
     }
     assert moved and moved <= set(rollouts)  # the moved sessions went on and were trained
     for rid in moved:
-        versions = {int(v) for c in rollouts[rid].calls for v in c.versions}
-        assert versions  # every token carries the version that produced it
+        assert len(rollouts[rid].calls) == 6  # every call of the session, none restarted
+        assert all(len(c.versions) == len(c.completion_ids) for c in rollouts[rid].calls)

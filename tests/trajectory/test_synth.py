@@ -141,7 +141,8 @@ def test_group_sizes_are_as_configured() -> None:
 def test_agentic_has_every_branch_kind_with_its_relation() -> None:
     cfg, rollouts = PRESETS["agentic"], generated("agentic")
     kinds = Counter(c.kind for r in rollouts for c in r.calls)
-    assert set(kinds) == set(KINDS) and min(kinds.values()) >= 10
+    # every kind the harness writes ("branch" is the endpoint's: an external agent's call)
+    assert set(kinds) == set(KINDS) - {"branch"} and min(kinds.values()) >= 10
     assert {r.status for r in rollouts} == {"completed", "timeout", "failed"}
     for r in rollouts:
         by_id = {c.call_id: c for c in r.calls}
