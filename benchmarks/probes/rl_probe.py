@@ -29,10 +29,9 @@ from gyre_core.events import NullSink
 from gyre_core.rollout.agents import Ask, Generated, ScriptedAgent
 from gyre_core.rollout.harness import run_session
 from gyre_core.rollout.router import Router
-from gyre_core.rollout.task_env import make_env
 from gyre_core.rollout.torch_engine import TorchEngine
 from gyre_core.runtime.benchmark import benchmark
-from gyre_core.runtime.session import SessionFactory, make_model_dir, task_index
+from gyre_core.runtime.session import SessionFactory, make_model_dir
 from gyre_core.runtime.warm_start import WarmStart
 
 PROBE_TASKS = 50_000  # task indices apart from the warm start (10 000+) and RL (0+)
@@ -55,8 +54,7 @@ async def decision_contexts(f: SessionFactory, n: int) -> dict[str, list[list[in
     or submit)."""
     out: dict[str, list[list[int]]] = {"next": [], "end": []}
     for k in range(n):
-        env = make_env(f.cfg.rollout.suite, "train", task_index(f.cfg, PROBE_TASKS + k), k,
-                       suite_seed=f.cfg.seed, hints=f.hints)  # fmt: skip
+        env = f.suite.env("train", PROBE_TASKS + k, k)
         agent = _Recorder(env, f.tokenizer, seed=PROBE_TASKS + k, skip_check=0.5)
         agent.contexts = []
         await run_session(env, agent, f.tokenizer, f.harness, rollout_id=f"probe{k}")

@@ -170,20 +170,27 @@ class ChatFormat:
         self.codec = tokenizer if isinstance(tokenizer, Codec) else Codec(tokenizer)
         ids = self.codec.encode(IM_END)
         self.im_end = ids[0] if len(ids) == 1 else None  # a special token in Gyre's vocabularies
+        end = [self.im_end] if self.im_end is not None else []
+        self._stops = tuple(sorted({*self.codec.eos_ids(), *end}))
 
     def stop_ids(self) -> tuple[int, ...]:
-        return tuple(
-            sorted({*self.codec.eos_ids(), *([self.im_end] if self.im_end is not None else [])})
-        )
+        """What ends a reply: the end-of-turn token and end-of-text."""
+        return self._stops
 
-    def render(self, m: Message) -> str:
+    @staticmethod
+    def body(m: Message) -> str:
+        """A message's text inside its turn: its content, then its tool calls."""
         if m.role == "tool":
-            return f"{IM_START}user\n<tool_response>\n{m.content}\n</tool_response>{IM_END}\n"
+            return f"<tool_response>\n{m.content}\n</tool_response>"
         body = m.content
         for c in m.tool_calls:
             call = json.dumps({"name": c.name, "arguments": _canonical(c.arguments)})
             body += ("\n" if body else "") + f"<tool_call>\n{call}\n</tool_call>"
-        return f"{IM_START}{m.role}\n{body}{IM_END}\n"
+        return body
+
+    def render(self, m: Message) -> str:
+        role = "user" if m.role == "tool" else m.role
+        return f"{IM_START}{role}\n{self.body(m)}{IM_END}\n"
 
     def with_tools(self, messages: list[Message], tools: list[dict[str, Any]]) -> list[Message]:
         """The conversation with the tools listed in its system turn (added when absent)."""
@@ -212,8 +219,11 @@ class ChatFormat:
             return self.codec.encode("\n")
         return self.codec.encode(f"{IM_END}\n")
 
-    def parse(self, completion_ids: list[int]) -> tuple[str, tuple[ToolCall, ...]]:
-        """A completion's content and tool calls (see the module's docstring)."""
+    def parse(
+        self, completion_ids: list[int], id_prefix: str = "call"
+    ) -> tuple[str, tuple[ToolCall, ...]]:
+        """A completion's content and tool calls (see the module's docstring), the calls'
+        ids ``{id_prefix}-{n}``."""
         text = self.codec.decode(completion_ids)
         calls: list[ToolCall] = []
         kept: list[str] = []
@@ -228,7 +238,7 @@ class ChatFormat:
             args = obj.get("arguments", {})
             kept.append(text[pos : block.start()])
             pos = block.end()
-            calls.append(ToolCall(f"call_{n}", obj["name"], json.dumps(args)))
+            calls.append(ToolCall(f"{id_prefix}-{n}", obj["name"], json.dumps(args)))
         kept.append(text[pos:])
         return "".join(kept).strip() if calls else text.strip(), tuple(calls)
 

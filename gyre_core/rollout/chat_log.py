@@ -27,7 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from gyre_core.jsonl import json_lines
-from gyre_core.rollout.chat import ChatError, ChatFormat, Message, check_messages, check_tools
+from gyre_core.rollout.chat import (
+    IM_END,
+    ChatError,
+    ChatFormat,
+    Message,
+    check_messages,
+    check_tools,
+)
 from gyre_core.rollout.chat_session import ChatSession
 from gyre_core.rollout.engine import Completion
 from gyre_core.trajectory.format import FORMAT, Rollout, TrajectoryFormatError, read_rollouts
@@ -108,8 +115,7 @@ def _generated(
 ) -> tuple[list[int], list[float] | None]:
     ids = raw.get("token_ids")
     if ids is None:
-        body = fmt.render(m)[len(f"<|im_start|>{m.role}\n") : -1]  # the text and its <|im_end|>
-        return fmt.codec.encode(body), None
+        return fmt.codec.encode(fmt.body(m) + IM_END), None
     if (
         not isinstance(ids, list)
         or not ids

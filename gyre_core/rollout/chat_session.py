@@ -145,11 +145,10 @@ class ChatSession:
             )
         )
         self.generated += len(out.token_ids)
-        content, calls = self.fmt.parse(out.token_ids) if prompt.keys else (self._text(out), ())
-        calls = tuple(
-            ToolCall(f"{self.session_id}-{call_id}-{i}", c.name, c.arguments)
-            for i, c in enumerate(calls)
-        )
+        if prompt.keys:
+            content, calls = self.fmt.parse(out.token_ids, f"{self.session_id}-{call_id}")
+        else:  # a plain completion: its text
+            content, calls = self.fmt.codec.decode(out.token_ids), ()
         reply = Message("assistant", content, calls).key() if prompt.keys else ""
         tokens = [*prompt.ids, *out.token_ids]
         self._turns.append(
@@ -158,9 +157,6 @@ class ChatSession:
             )
         )
         return content, calls
-
-    def _text(self, out: Completion) -> str:
-        return self.fmt.codec.decode(out.token_ids)
 
     def rollout(
         self,

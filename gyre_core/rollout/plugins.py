@@ -41,7 +41,6 @@ The built-in suites (``rollout.suite``: ``repo``, ``coding``) are suites like an
 from __future__ import annotations
 
 import importlib
-import json
 import math
 import os
 import sys
@@ -50,9 +49,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gyre_core.envs import repo_suite
+from gyre_core.jsonl import LocatedError, json_lines
 from gyre_core.rollout.task_env import Component, TaskEnv, make_env
 
 SPLITS = repo_suite.SPLITS
+
+
+class TaskFileError(LocatedError):
+    """A task file's bad line (re-raised as a :class:`PluginError`)."""
 
 
 class PluginError(ValueError):
@@ -107,13 +111,10 @@ def read_tasks(path: Path, split_field: str = "split") -> dict[str, list[dict[st
             raise PluginError("rollout.tasks", f"{path}: not a Parquet file ({e})") from None
         rows = [(f"{path}: row {i + 1}", r) for i, r in enumerate(table.to_pylist())]
     else:
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append((f"{path}:{n}", json.loads(line)))
-            except ValueError as e:
-                raise PluginError("rollout.tasks", f"{path}:{n}: not JSON ({e.args[0]})") from None
+        try:
+            rows = [(f"{path}:{n}", obj) for n, obj in json_lines(path, TaskFileError)]
+        except TaskFileError as e:
+            raise PluginError("rollout.tasks", f"{e.file}:{e.line}: {e.problem}") from None
     out: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
     for where, row in rows:
         if not isinstance(row, dict):

@@ -109,7 +109,6 @@ class SessionFactory:
         self, cfg: RunConfig, model_dir: Path, sink: ev.EventSink, clock: Callable[[], float]
     ) -> None:
         self.cfg, self.model_dir, self.sink, self.clock = cfg, model_dir, sink, clock
-        self.hints = cfg.rollout.hints == "status"
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         self.harness = cfg.rollout  # the sessions' budgets
         self.migrations = 0

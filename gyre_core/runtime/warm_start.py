@@ -32,11 +32,7 @@ class WarmStart:
 
     def __init__(self, sessions: SessionFactory) -> None:
         self.cfg, self.model_dir = sessions.cfg, sessions.model_dir
-        self.tokenizer, self.harness, self.hints = (
-            sessions.tokenizer,
-            sessions.harness,
-            sessions.hints,
-        )
+        self.tokenizer, self.harness = sessions.tokenizer, sessions.harness
         self.sink, self.clock = sessions.sink, sessions.clock
         self.suite = sessions.suite
         self._data: list[Rollout] | None = None  # train.warm_start_data, once read

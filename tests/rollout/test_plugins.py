@@ -47,7 +47,7 @@ def test_a_task_file_is_read_by_split_in_jsonl_or_parquet(tmp_path) -> None:  # 
 @pytest.mark.parametrize(
     ("content", "problem"),
     [
-        ('{"word": "a"}\n{not json\n', "t.jsonl:2: not JSON"),
+        ('{"word": "a"}\n{not json\n', "t.jsonl:2: invalid JSON"),
         ('{"word": "a"}\n[1, 2]\n', "t.jsonl:2: expected a JSON object, got list"),
         ('{"word": "a", "split": "test"}\n', "t.jsonl:1: split 'test' is not one of"),
         ('{"word": "a", "split": "heldout"}\n', "no train tasks"),
