@@ -255,15 +255,6 @@ def _cross_checks(cfg: RunConfig) -> list[tuple[str, str]]:
         module, sep, attr = value.partition(":")
         if value and not (sep and module and attr):
             errors.append((f"rollout.{name}", f"expected 'package.module:name', got {value!r}"))
-    if r.tasks and not r.env:
-        errors.append(
-            ("rollout.tasks", "needs rollout.env (the built-in suites make their own tasks)")
-        )
-    if demos and r.env:
-        problem = (
-            "a scripted warm start needs a built-in suite (an oracle): set train.warm_start_from"
-        )
-        errors.append(("train.warm_start_steps", f"{problem}, or no rollout.env"))
     try:
         shlex.split(r.agent_command)
     except ValueError as e:

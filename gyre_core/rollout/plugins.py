@@ -11,15 +11,15 @@ rollout of one task::
         def progress(self) -> float: ...                # share of the task done, in [0, 1]
         # optional:
         @classmethod
-        def tasks(cls, split: str) -> list[dict]: ...   # its own task list (train, heldout, benchmark)
-        workdir: str                                    # a folder an external agent works in
-        multiline_actions: bool                         # an action may span lines (default False)
-        def close(self) -> None: ...
+        def tasks(cls, split: str) -> Sequence[dict]: ...  # its own tasks (train, heldout, benchmark)
+        task_id, workdir, multiline_actions, last_failed, last_error, tool_latency_s
+        credit(), components(), component_done(i), oracle_actions(i), finish_action(),
+        snapshot(), restore(snap), close()              # as TaskEnv's (docs/agents.md)
 
 The built-in harness steps it with the model's actions (one line each unless
 ``multiline_actions``); an external agent (``rollout.agent``) gets its prompt and ``workdir``,
-and ``progress()`` scores the rollout. What the harness needs beyond that (sub-goals, save
-points, an oracle) has neutral defaults (:class:`PluginEnv`): one component, no retries.
+and ``progress()`` scores the rollout. Each optional member it lacks has a neutral default
+(:class:`PluginEnv`): one component, no save points (so no retries), no oracle.
 An exception from the plugin fails that rollout alone (status ``failed``, the error in
 ``extra.env_error``), with what was played until then.
 
@@ -31,11 +31,12 @@ there, wrapping round.
 
 **A reward function** ``"package.module:function"`` is called with the finished
 :class:`~gyre_core.trajectory.format.Rollout` and its environment and returns the reward
-(a finite number); without one the reward is ``rollout.reward`` on the environment's
-progress. One that raises fails its rollout alone (reward 0, ``extra.reward_error``).
+(a finite number); without one the reward is ``rollout.reward`` on the environment
+(:func:`settle_reward`). One that raises fails its rollout alone (reward 0,
+``extra.reward_error``).
 
-The built-in suites (``rollout.suite``: ``repo``, ``coding``) are suites like any other
-(:class:`BuiltinSuite`): the run asks every suite for the ``k``-th task of a split the same way.
+The built-in suites (``rollout.suite``: ``repo``, ``coding``) are two such classes
+(:mod:`~gyre_core.rollout.suites`), run through the same code (:func:`run_suite`).
 """
 
 from __future__ import annotations
@@ -44,13 +45,16 @@ import importlib
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from gyre_core.envs import repo_suite
 from gyre_core.jsonl import LocatedError, json_lines
-from gyre_core.rollout.task_env import Component, TaskEnv, make_env
+from gyre_core.rollout import suites
+from gyre_core.rollout.config import RolloutConfig
+from gyre_core.rollout.task_env import Component, TaskEnv
+from gyre_core.trajectory.format import Rollout
 
 SPLITS = repo_suite.SPLITS
 
@@ -145,13 +149,16 @@ class EnvPlugin(Protocol):
 
 
 class PluginEnv:
-    """A plugin's environment as the harness drives it (:class:`TaskEnv`): the plugin's
-    reset, step and progress; one component; no save points, so no retries. An exception
-    from the plugin ends the episode and is kept in ``error``."""
+    """A plugin's environment as the harness drives it (:class:`TaskEnv`): its reset, step and
+    progress, and each optional member it has (sub-goals, save points, an oracle, tool
+    latency, failures, finer credit); what it lacks has a neutral default: one component,
+    no save points (so no retries), no oracle. An exception from the plugin ends the episode
+    and is kept in ``error``. ``task_id``: the plugin's own ``task_id`` where it has one."""
 
     def __init__(self, env: EnvPlugin, task_id: str) -> None:
         self.env = env
-        self.task_id = task_id
+        own = getattr(env, "task_id", None)
+        self.task_id = own if isinstance(own, str) and own else task_id
         self.multiline_actions = bool(getattr(env, "multiline_actions", False))
         self.error: str | None = None
         self._done = False
@@ -160,6 +167,20 @@ class PluginEnv:
 
     def _fail(self, what: str, e: Exception) -> None:
         self.error = f"{what} raised {type(e).__name__}: {e}"
+
+    def _optional(self, name: str, default: Any, *args: Any) -> Any:
+        """The plugin's member ``name`` (called with ``args`` when a method), or ``default``
+        where it has none or it raised (kept in ``error``)."""
+        if self.error is not None:
+            return default
+        try:
+            got = getattr(self.env, name, None)
+            if got is None:
+                return default
+            return got(*args) if callable(got) else got
+        except Exception as e:
+            self._fail(name, e)
+            return default
 
     def reset(self) -> str:
         try:
@@ -191,37 +212,50 @@ class PluginEnv:
             return 0.0
         return min(1.0, max(0.0, p))
 
+    def credit(self) -> float:
+        """The plugin's finer partial credit (``credit()``, for ``rollout.reward: partial``),
+        else its progress."""
+        c = self._optional("credit", None)
+        return self.progress() if c is None else min(1.0, max(0.0, float(c)))
+
     @property
     def tool_latency_s(self) -> float:
-        return 0.0
+        return float(self._optional("tool_latency_s", 0.0))
 
     @property
     def last_failed(self) -> bool:
-        return False
+        return bool(self._optional("last_failed", False))
 
     @property
     def last_error(self) -> bool:
-        return False
+        return bool(self._optional("last_error", False))
 
     def components(self) -> list[Component]:
-        return [Component("task", "do the task")]
+        return list(self._optional("components", None) or [Component("task", "do the task")])
 
     def component_done(self, index: int) -> bool:
-        return self._done and self.progress() >= 1.0
+        if getattr(self.env, "component_done", None) is None:
+            return self._done and self.progress() >= 1.0
+        return bool(self._optional("component_done", False, index))
 
     def oracle_actions(self, index: int) -> list[str]:
-        raise ValueError(
-            "a plugin environment has no oracle (a scripted warm start needs a built-in suite)"
-        )
+        oracle = getattr(self.env, "oracle_actions", None)
+        if oracle is None:
+            raise ValueError(
+                "this environment has no oracle_actions (a scripted warm start replays them)"
+            )
+        return list(oracle(index))
 
     def finish_action(self) -> str | None:
-        return None
+        got = self._optional("finish_action", None)
+        return None if got is None else str(got)
 
     def snapshot(self) -> Any:
-        return None
+        return self._optional("snapshot", None)
 
     def restore(self, snap: Any) -> None:
-        pass
+        if snap is not None:
+            self._optional("restore", None, snap)
 
     def close(self) -> None:
         close = getattr(self.env, "close", None)
@@ -240,34 +274,20 @@ class Suite(Protocol):
         """The ``k``-th task of ``split``, for an episode seeded ``seed``."""
 
 
-class BuiltinSuite:
-    """``rollout.suite``: the repo-building suite or the coding suite."""
-
-    def __init__(
-        self, name: str, index: Callable[[int], int], suite_seed: int, hints: bool
-    ) -> None:
-        self.name, self.index = name, index  # index: the suite's task index of the k-th task
-        self.suite_seed, self.hints = suite_seed, hints
-
-    def env(self, split: str, k: int, seed: int) -> TaskEnv:
-        return make_env(
-            self.name, split, self.index(k), seed, suite_seed=self.suite_seed, hints=self.hints
-        )
-
-
 class PluginSuite:
-    """``rollout.env``: a plugin class over its task list."""
+    """An environment class over its task list, by split (``rollout.env`` or a built-in
+    suite, :mod:`~gyre_core.rollout.suites`)."""
 
-    def __init__(
-        self, cls: Callable[..., EnvPlugin], tasks: dict[str, list[dict[str, Any]]]
-    ) -> None:
+    def __init__(self, cls: Callable[..., EnvPlugin], tasks: dict[str, Sequence[Any]]) -> None:
         self.cls, self.tasks = cls, tasks
 
     def env(self, split: str, k: int, seed: int) -> TaskEnv:
         pool = self.tasks.get(split) or []
-        if not pool:
+        if not len(pool):
             raise PluginError("rollout.tasks", f"no {split} tasks")
         task = pool[k % len(pool)]
+        if not isinstance(task, dict):
+            raise PluginError("rollout.env", f"task {k % len(pool)} of {split} is not a dict")
         task_id = str(task.get("id", f"{split}-{k % len(pool)}"))
         try:
             env = self.cls(task, seed)
@@ -289,29 +309,52 @@ class _Broken:
         return 0.0
 
 
-def plugin_suite(env_path: str, tasks_path: str, split_field: str) -> PluginSuite:
-    """``rollout.env`` with its tasks (``rollout.tasks``, else the class's ``tasks(split)``)."""
-    cls = load_callable(env_path, "rollout.env")
-    if tasks_path:
-        tasks = read_tasks(Path(tasks_path), split_field)
+def run_suite(r: RolloutConfig, seed: int) -> PluginSuite:
+    """A run's tasks: the environment class (``rollout.env``, else the built-in suite
+    ``rollout.suite`` as a plugin class) over its task list (``rollout.tasks``, else the
+    class's own ``tasks(split)``)."""
+    if r.env:
+        cls, name = load_callable(r.env, "rollout.env"), r.env
     else:
-        own = getattr(cls, "tasks", None)
-        if not callable(own):
-            raise PluginError("rollout.tasks", f"{env_path} has no tasks(split): name a task file")
-        tasks = {}
-        for split in SPLITS:
-            try:
-                got = list(own(split))
-            except Exception as e:
-                raise PluginError(
-                    "rollout.env", f"{env_path}.tasks({split!r}) raised {type(e).__name__}: {e}"
-                ) from None
-            if not all(isinstance(t, dict) for t in got):
-                raise PluginError("rollout.env", f"{env_path}.tasks({split!r}) must return dicts")
-            tasks[split] = got
-        if not tasks["train"]:
-            raise PluginError("rollout.env", f"{env_path}.tasks('train') is empty")
+        cls = suites.builtin(r.suite, size=r.size, hints=r.hints == "status", suite_seed=seed)
+        name = f"{cls.__module__}:{cls.__qualname__}"
+    if r.tasks:
+        return PluginSuite(cls, dict(read_tasks(Path(r.tasks), r.task_split_field)))
+    own = getattr(cls, "tasks", None)
+    if not callable(own):
+        raise PluginError("rollout.tasks", f"{name} has no tasks(split): name a task file")
+    tasks: dict[str, Sequence[Any]] = {}
+    for split in SPLITS:
+        try:
+            got = own(split)
+            if not isinstance(got, Sequence):  # a generator, a set: read once
+                got = list(got)
+        except Exception as e:
+            raise PluginError(
+                "rollout.env", f"{name}.tasks({split!r}) raised {type(e).__name__}: {e}"
+            ) from None
+        if not all(isinstance(t, dict) for t in got[:1000]):  # an endless list: its head
+            raise PluginError("rollout.env", f"{name}.tasks({split!r}) must return dicts")
+        tasks[split] = got
+    if not len(tasks["train"]):
+        raise PluginError("rollout.env", f"{name}.tasks('train') is empty")
     return PluginSuite(cls, tasks)
+
+
+def settle_reward(rollout: Rollout, env: TaskEnv, kind: str, fn: Callable[..., Any] | None) -> None:
+    """A finished rollout's reward, the same for every environment: ``fn(rollout, env)``
+    (``rollout.reward_fn``) where given, else ``kind`` (``rollout.reward``) on the
+    environment: ``progress`` (as the session left it), ``partial`` (its ``credit()``),
+    ``binary`` (1 when the task is done). A reward function that raises or returns no
+    finite number fails its rollout alone (reward 0, ``extra.reward_error``)."""
+    if fn is not None:
+        rollout.reward, problem = reward_of(fn, rollout, env)
+        if problem is not None:
+            rollout.status, rollout.extra["reward_error"] = "failed", problem
+    elif kind == "partial":
+        rollout.reward = float(env.credit()) if isinstance(env, PluginEnv) else rollout.progress
+    elif kind == "binary":
+        rollout.reward = 1.0 if rollout.progress >= 1.0 else 0.0
 
 
 def reward_of(fn: Callable[..., Any], rollout: Any, env: TaskEnv) -> tuple[float, str | None]:
@@ -326,13 +369,13 @@ def reward_of(fn: Callable[..., Any], rollout: Any, env: TaskEnv) -> tuple[float
 
 
 __all__ = [
-    "BuiltinSuite",
     "PluginEnv",
     "PluginError",
     "PluginSuite",
     "Suite",
     "load_callable",
-    "plugin_suite",
     "read_tasks",
     "reward_of",
+    "run_suite",
+    "settle_reward",
 ]

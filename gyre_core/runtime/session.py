@@ -24,7 +24,13 @@ from gyre_core.rollout.config import RolloutConfig
 from gyre_core.rollout.endpoint import Endpoint
 from gyre_core.rollout.external import ExternalAgent, run_external
 from gyre_core.rollout.harness import run_session
-from gyre_core.rollout.plugins import BuiltinSuite, Suite, load_callable, plugin_suite, reward_of
+from gyre_core.rollout.plugins import (
+    PluginError,
+    PluginSuite,
+    load_callable,
+    run_suite,
+    settle_reward,
+)
 from gyre_core.rollout.router import Router
 from gyre_core.rollout.task_env import TaskEnv
 from gyre_core.train.trainer import Trainer
@@ -86,18 +92,9 @@ def tokenizer_corpus(cfg: RunConfig) -> list[str] | None:
     return texts
 
 
-def make_suite(cfg: RunConfig) -> Suite:
-    """The run's tasks: the plugin environment (``rollout.env``) or the built-in suite."""
-    r = cfg.rollout
-    if r.env:
-        return plugin_suite(r.env, r.tasks, r.task_split_field)
-    return BuiltinSuite(r.suite, lambda k: task_index(cfg, k), cfg.seed, r.hints == "status")
-
-
-def task_index(cfg: RunConfig, k: int) -> int:
-    """The ``k``-th task of the configured size (make_env cycles the repo suite's sizes by
-    index; any index >= 0 is a task of every suite, the coding suite's pool wrapping)."""
-    return k * len(repo_suite.SIZES) + repo_suite.SIZES.index(cfg.rollout.size)
+def make_suite(cfg: RunConfig) -> PluginSuite:
+    """The run's tasks: its environment plugin (``rollout.env``, or the built-in suite)."""
+    return run_suite(cfg.rollout, cfg.seed)
 
 
 class SessionFactory:
@@ -116,6 +113,15 @@ class SessionFactory:
         self.first_rollout_at: float | None = None  # when the first session started
         self.agent = ExternalAgent.from_config(cfg.rollout)  # None: the built-in harness
         self.suite = make_suite(cfg)
+        t = cfg.train
+        scripted = t.warm_start_steps and not t.warm_start_from and not t.warm_start_data
+        if scripted and not callable(getattr(self.suite.cls, "oracle_actions", None)):
+            raise PluginError(
+                "train.warm_start_steps",
+                "a scripted warm start replays the environment's oracle_actions, which "
+                f"{self.suite.cls.__qualname__} lacks: set train.warm_start_from or "
+                "train.warm_start_data",
+            )
         r = cfg.rollout
         self.reward_fn = load_callable(r.reward_fn, "rollout.reward_fn") if r.reward_fn else None
         self._endpoint: Endpoint | None = None
@@ -200,15 +206,7 @@ class SessionFactory:
                 seed=self._sample_seed(idx),
                 step=step,
             )
-            credit = getattr(env, "credit", None)
-            if self.cfg.rollout.reward == "partial" and callable(credit):
-                rollout.reward = float(credit())
-            if self.cfg.rollout.reward == "binary":
-                rollout.reward = 1.0 if rollout.progress >= 1.0 else 0.0
-            if self.reward_fn is not None:
-                rollout.reward, problem = reward_of(self.reward_fn, rollout, env)
-                if problem is not None:
-                    rollout.status, rollout.extra["reward_error"] = "failed", problem
+            settle_reward(rollout, env, self.cfg.rollout.reward, self.reward_fn)
         finally:
             env.close()
         self.rollouts_done += 1

@@ -13,13 +13,19 @@ import pytest
 
 from gyre_core.config import ConfigError, RunConfig
 from gyre_core.events import ListSink
-from gyre_core.rollout.plugins import PluginEnv, PluginError, plugin_suite, read_tasks
+from gyre_core.rollout.config import RolloutConfig
+from gyre_core.rollout.plugins import PluginEnv, PluginError, read_tasks, run_suite, settle_reward
 from gyre_core.rollout.router import Router
+from gyre_core.rollout.suites import CodingSuite
 from gyre_core.rollout.torch_engine import TorchEngine
 from gyre_core.runtime.benchmark import benchmark
 from gyre_core.runtime.session import SessionFactory, make_model_dir
 
 ENV = "tests.rollout.plugins.word_env:WordEnv"
+
+
+def suite_of(env: str, tasks: str = ""):  # type: ignore[no-untyped-def]
+    return run_suite(RolloutConfig(env=env, tasks=tasks), seed=0)
 
 
 def write_jsonl(path: Path, rows: list[Any]) -> Path:
@@ -62,20 +68,23 @@ def test_a_bad_task_file_is_refused_naming_its_line(tmp_path, content: str, prob
 
 def test_plugin_paths_and_fields_are_refused_by_name(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(PluginError, match=r"rollout\.env: cannot import"):
-        plugin_suite("tests.rollout.plugins.nowhere:Env", "", "split")
+        suite_of("tests.rollout.plugins.nowhere:Env")
     with pytest.raises(PluginError, match=r"rollout\.tasks: .* no tasks\(split\)"):
-        plugin_suite("json:JSONDecoder", "", "split")
+        suite_of("json:JSONDecoder")
     with pytest.raises(ConfigError) as e:
         RunConfig.from_dict({"rollout": {"env": "no-colon", "tasks": "t.jsonl", "reward_fn": "x"}})
     assert {f for f, _ in e.value.errors} == {"rollout.env", "rollout.reward_fn"}
-    with pytest.raises(ConfigError, match=r"needs rollout\.env"):
-        RunConfig.from_dict({"rollout": {"tasks": "t.jsonl"}})
-    with pytest.raises(ConfigError, match="warm_start_steps"):
-        RunConfig.from_dict({"rollout": {"env": ENV}, "train": {"warm_start_steps": 2}})
+    # a scripted warm start replays the environment's oracle: refused at the run's start,
+    # by field, for a class without one
+    cfg = RunConfig.from_dict({"model": {"layers": 1}, "rollout": {"env": ENV},
+                               "train": {"warm_start_steps": 2}})  # fmt: skip
+    model_dir = make_model_dir(cfg, tmp_path)
+    with pytest.raises(PluginError, match=r"train\.warm_start_steps: .*oracle_actions.*WordEnv"):
+        SessionFactory(cfg, model_dir, ListSink(), lambda: 0.0)
 
 
 def test_a_plugin_that_raises_ends_its_episode_and_keeps_why() -> None:
-    suite = plugin_suite(ENV, "", "split")
+    suite = suite_of(ENV)
     env = suite.env("train", 0, 0)
     assert env.reset() == "Say the word apple." and env.step("apple pie") == ("yes", True)
     assert env.progress() == 1.0 and env.component_done(0)
@@ -121,3 +130,52 @@ def test_run_sessions_play_a_plugin_with_its_task_file_and_reward(tmp_path) -> N
                                   "rollout": {**d["rollout"], "reward_fn": "tests.rollout.plugins.word_env:broken_reward"}})  # fmt: skip
     r = asyncio.run(SessionFactory(broken, model_dir, sink, lambda: 0.0).session(0, router, None))  # type: ignore[arg-type]
     assert r.status == "failed" and r.reward == 0.0 and "cannot score" in r.extra["reward_error"]
+
+
+def test_a_built_in_suite_is_a_plugin_like_any_other(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The coding suite named by import path, over a task file of its own, is driven through
+    the same adapter as a user's class: its optional members (oracle, save points, finer
+    credit, folder) reach the harness, and its oracle solves the task."""
+    tasks = write_jsonl(
+        tmp_path / "t.jsonl", [{"name": "rle"}, {"name": "fizzbuzz", "split": "benchmark"}]
+    )
+    suite = suite_of("gyre_core.rollout.suites:CodingSuite", str(tasks))
+    assert suite.cls is CodingSuite
+    env = suite.env("benchmark", 7, 0)  # the one benchmark task, wrapping round
+    assert env.task_id == "coding-fizzbuzz" and env.workdir is not None and env.workdir.is_dir()
+    assert "fizzbuzz" in env.reset()
+    save = env.snapshot()
+    assert save is not None and env.finish_action() == "submit"  # the suite's, not defaults
+    for action in env.oracle_actions(0):
+        env.step(action)
+    assert env.progress() == 1.0 and env.component_done(0) and env.finish_action() is None
+    env.restore(save)
+    assert env.progress() < 1.0  # back to the save point
+    env.close()
+
+
+def test_partial_reward_takes_an_environments_credit_where_it_has_one(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from gyre_core.trajectory.format import Rollout
+
+    class Credited:
+        def reset(self) -> str:
+            return "go"
+
+        def step(self, action: str) -> tuple[str, bool]:
+            return "ok", True
+
+        def progress(self) -> float:
+            return 0.0
+
+        def credit(self) -> float:
+            return 0.4
+
+    plain = suite_of(ENV).env("train", 0, 0)
+    for env, want in ((PluginEnv(Credited(), "c"), 0.4), (plain, 0.1)):
+        env.reset()
+        env.step("nothing")
+        r = Rollout("r0", env.task_id, "completed", env.progress(), [], reward=9.0)
+        settle_reward(r, env, "partial", None)
+        assert r.reward == pytest.approx(want)  # WordEnv has no credit(): its progress
+        settle_reward(r, env, "binary", None)
+        assert r.reward == 0.0
