@@ -247,6 +247,9 @@ def _cross_checks(cfg: RunConfig) -> list[tuple[str, str]]:
     if demos and t.warm_start_skip_check and cfg.rollout.suite != "repo":
         problem = "needs rollout.suite repo (whose components end in a check)"
         errors.append(("train.warm_start_skip_check", f"{problem}, not {cfg.rollout.suite}"))
+    if t.offpolicy_data and cfg.scheduler.staleness_bound < 1:
+        problem = "needs scheduler.staleness_bound >= 1 (imported tokens count one version old)"
+        errors.append(("train.offpolicy_data", problem))
     r = cfg.rollout
     if r.agent and r.agent_command:
         errors.append(("rollout.agent_command", "set rollout.agent or this, not both"))

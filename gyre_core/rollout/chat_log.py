@@ -3,7 +3,7 @@ message log, read as rollouts (``train.warm_start_data``).
 
 A message log is JSONL, one conversation a line::
 
-    {"id": "ep-1", "messages": [...], "tools": [...], "reward": 1.0, "task_id": "t"}
+    {"id": "ep-1", "messages": [...], "tools": [...], "reward": 1.0, "task_id": "t", "group": "g"}
 
 ``messages`` are OpenAI chat messages; an assistant message may carry the ``token_ids`` the
 model generated and their ``logprobs``. Every assistant message is one call: its prompt is
@@ -12,7 +12,8 @@ the system turn), its completion the message's ``token_ids``, or its text and to
 tokenized with the end-of-turn token when it has none. Calls are matched to earlier ones as
 the endpoint matches them (:mod:`~gyre_core.rollout.chat_session`): a conversation that
 rewrites its history (a compaction) branches. ``reward`` (default 0) is the rollout's
-progress and reward. A rollout whose every generated message carries ``logprobs`` says so
+progress and reward; ``group`` (default ``task_id``, else ``id``) its group: conversations
+of one group share a tree, and RL advantages are relative to their group. A rollout whose every generated message carries ``logprobs`` says so
 (``extra["logprobs"]``): only such a rollout's log-probs are the sampling policy's; the
 others hold zeros, for supervised use only.
 
@@ -105,8 +106,11 @@ def _conversation(obj: Any, fmt: ChatFormat, name: str, lineno: int) -> Rollout:
     if not chat.calls:
         raise fail("messages", "no assistant message: nothing to train")
     task = str(obj.get("task_id", rid))
+    group = obj.get("group", task)
+    if not isinstance(group, str) or not group:
+        raise fail("group", "expected a non-empty string")
     return chat.rollout(
-        task, "completed", float(reward), extra={"logprobs": exact, "source": "chat_log"}
+        task, "completed", float(reward), group, extra={"logprobs": exact, "source": "chat_log"}
     )
 
 

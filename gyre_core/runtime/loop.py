@@ -115,6 +115,7 @@ class Loop:
         pending: list[int] | None = None,
         batch_order: str = batching.ARRIVAL,
         state_ref: Any = None,
+        imported: Callable[[int], tuple[list[Rollout], list[Rollout]]] | None = None,
     ) -> None:
         self.policy, self.units, self.router, self.trainer = policy, units, router, trainer
         self.run_config, self.sink, self.clock = run_config, sink, clock
@@ -131,6 +132,8 @@ class Loop:
         # the checkpoint's), made by the training group, never fetched into this process
         self.errors: list[BaseException] = []
         self.background: set[asyncio.Task[Any]] = set()
+        # a step's off-policy rollouts by the version it trains: as trained, as recorded
+        self.imported = imported
 
     # ------------------------------------------------------------------ the loop
 
@@ -346,8 +349,10 @@ class Loop:
             picked = self._usable()[: self.per_step]
             if len(picked) < self.per_step:  # the policy starts a step only on a full batch
                 return
-            batch, chosen = [self.ready[p] for p in picked], set(picked)
+            own, chosen = [self.ready[p] for p in picked], set(picked)
             self.ready = [r for p, r in enumerate(self.ready) if p not in chosen]
+            extra, record = self.imported(version) if self.imported else ([], [])
+            batch = own + extra
             t0 = time.perf_counter()
             trees = self.trainer.weigh(batch, version)  # built once: on_step reuses them
             samples = self.trainer.prepare(batch, version, trees)
@@ -358,7 +363,7 @@ class Loop:
             except UnitsLost as lost:
                 for name in lost.names:  # its node is gone: it leaves the pool, the step
                     self.mark_dead(name)  # runs again on the units left
-                self.ready = batch + self.ready
+                self.ready = own + self.ready
                 return
             width = len(self.trainer.members)
             train_s = time.perf_counter() - t0
@@ -372,7 +377,7 @@ class Loop:
             metrics.update(
                 train_s=train_s, dp_width=float(width), weight_sync_s=time.perf_counter() - t1
             )
-            await self.on_step(batch, metrics, trees)
+            await self.on_step(own + record, metrics, trees)
             self.counters.step_spans.append((started, self.clock(), len(replicas)))
         finally:
             self.training = False

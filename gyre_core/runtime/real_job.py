@@ -35,6 +35,7 @@ from gyre_core.runtime.benchmark import run_benchmark
 from gyre_core.runtime.calibrate import write_calibration
 from gyre_core.runtime.loop import MAX_SEQS, Loop, UnitSlot
 from gyre_core.runtime.midrun_bench import BenchmarkEvery, Serve
+from gyre_core.runtime.offpolicy import OffPolicyData
 from gyre_core.runtime.ray_backend import RESOURCE, RayEngine, UnitActor, start_ray
 from gyre_core.runtime.session import SessionFactory, make_model_dir
 from gyre_core.runtime.step_books import StepBooks
@@ -102,6 +103,10 @@ async def _run(
     settings: Any,
 ) -> dict[str, Any]:
     factory = SessionFactory(cfg, model_dir, sink, clock)
+    imported = None  # read before any unit starts: a bad file fails the run at once
+    if cfg.train.offpolicy_data:
+        path, groups = Path(cfg.train.offpolicy_data), cfg.train.offpolicy_groups
+        imported = OffPolicyData.read(path, factory.tokenizer, groups)
     warm, books = WarmStart(factory), StepBooks(cfg, sink, clock)
     trainer = TrainGroup(cfg, workdir)
     reference = workdir / REFERENCE_FILE
@@ -169,6 +174,7 @@ async def _run(
             pending=pending,
             batch_order=cfg.scheduler.batch_order,
             state_ref=state_ref,
+            imported=imported.take if imported else None,
         )
         router.on_dead = loop.mark_dead
         router.on_migrate = factory.migrated

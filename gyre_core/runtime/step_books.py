@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from gyre_core import events as ev
 from gyre_core.config import RunConfig
 from gyre_core.rollout.router import Router
+from gyre_core.runtime.offpolicy import is_offpolicy
 from gyre_core.train.checkpoint import SHARDED_FORMAT, STATE_FILE, latest_checkpoint
 from gyre_core.train.checkpoint import prune_checkpoints as prune
 from gyre_core.trajectory.format import Rollout, read_rollouts
@@ -68,15 +69,18 @@ class StepBooks:
                 )
             )
         self.write_payload(batch, trainer.version, ckpt_root.parent / "rollouts")
-        reward = sum(r.reward if r.reward is not None else r.progress for r in batch) / len(batch)
-        progress = sum(r.progress for r in batch) / len(batch)
+        own = [r for r in batch if not is_offpolicy(r)]  # the policy's curve: its own rollouts
+        reward = sum(r.reward if r.reward is not None else r.progress for r in own) / len(own)
+        progress = sum(r.progress for r in own) / len(own)
         metrics = {
             **metrics,
             "reward": reward,
             "progress": progress,
             "dedup_ratio": stats["dedup_vs_call"],
-            "rollouts": float(len(batch)),
+            "rollouts": float(len(own)),
         }
+        if len(own) < len(batch):
+            metrics["offpolicy_rollouts"] = float(len(batch) - len(own))
         clean = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float)}
         self.step_rows.append(clean)
         self.step_at.append(self.clock())
@@ -85,7 +89,7 @@ class StepBooks:
                 t=self.clock(), step=trainer.version, version=trainer.version, metrics=clean
             )
         )
-        self.trained_ids |= {r.rollout_id for r in batch}
+        self.trained_ids |= {r.rollout_id for r in own}
         if trainer.version % self.cfg.checkpoint_every == 0 or trainer.version == self.cfg.steps:
             await self.checkpoint(trainer, loop.ready, ckpt_root)
 

@@ -101,6 +101,16 @@ class TrainConfig:
         "(docs/agents.md; '' = scripted)",
         path=True,
     )
+    offpolicy_data: str = config_field(
+        "",
+        "imported rollouts trained beside each RL step's own, importance-weighted by "
+        "their recorded log-probs: a gyre.trajectory/v1 file or an OpenAI message log "
+        "with log-probs (docs/agents.md; '' = off)",
+        path=True,
+    )
+    offpolicy_groups: int = config_field(
+        1, "groups of train.offpolicy_data added to each RL step, cycling through the file", min=1
+    )
     warm_start_cache: str = config_field(
         "",
         "folder keeping warm-started trainers keyed by everything "
