@@ -40,8 +40,8 @@ What is measured, and how each cost is derived (``docs/sim-costs.md``, "Calibrat
   call's start: environment step, harness, tokenisation — all the session's time off the
   engines.
 * From the config: units (``gpus``, one per unit), the rollouts per step, the group size,
-  the staleness bound, the drain deadline, the engines' sequence cap and the router's
-  affinity slack (``balance_abs``; the router has no relative threshold: ``balance_rel``
+  the staleness and admission bounds, the cap on running rollouts, the drain deadline,
+  the engines' sequence cap and the router's affinity slack (``balance_abs``; the router has no relative threshold: ``balance_rel``
   1).
 
 The compared wall time (``actual_s``) is the control loop's: from its start (engines up,
@@ -323,6 +323,8 @@ def _calibrate(
         rollouts_per_step=per_step,
         group_size=cfg.rollout.group_size,
         staleness=cfg.scheduler.staleness_bound,
+        admission_staleness=cfg.scheduler.admission_staleness,
+        max_concurrent=cfg.scheduler.max_concurrent_rollouts,
         step_overhead_s=round(overhead, 4),
         balance_abs=router.affinity_slack,
         balance_rel=1.0,

@@ -217,6 +217,8 @@ class Loop:
             training=self.training,
             rollouts_per_step=self.per_step,
             staleness=self.staleness,
+            admit_staleness=self.run_config.scheduler.admission_staleness,
+            max_active=self.run_config.scheduler.max_concurrent_rollouts,
             max_seqs_per_unit=MAX_SEQS,
             switch_s=_mean(self.counters.switch_s, 1.0),
             train_tok_s=_rate(self.counters),

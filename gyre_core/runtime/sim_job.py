@@ -86,6 +86,8 @@ def run_sim(
         rollouts_per_step=s.rollouts_per_step,
         group_size=min(cfg.rollout.group_size, s.rollouts_per_step),
         staleness=cfg.scheduler.staleness_bound,
+        admission_staleness=cfg.scheduler.admission_staleness,
+        max_concurrent=cfg.scheduler.max_concurrent_rollouts,
     )
     rollouts = min(s.rollouts, cfg.steps * s.rollouts_per_step)
     trace = generate(s.workload, rollouts, cfg.seed, group_size=costs.group_size)  # type: ignore[arg-type]

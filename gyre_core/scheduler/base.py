@@ -33,6 +33,10 @@ class Snapshot:
     max_seqs_per_unit: int
     switch_s: float
     train_tok_s: float  # per training unit
+    # how many versions ahead of the policy a rollout may start (-1: ``staleness``, the
+    # masking bound); admitting further ahead trains more tokens older than the bound
+    admit_staleness: int = -1
+    max_active: int = 0  # the most rollouts running at once (0: no cap)
 
     @property
     def units(self) -> int:
@@ -51,11 +55,21 @@ class Snapshot:
 
     @property
     def admissible(self) -> int:
-        """Rollouts that may start without breaking the staleness bound: rollout ``i`` (in
-        start order) is trained around step ``i // B + 1``; it may start at version v only
-        if that step minus 1 minus v stays within the bound."""
-        limit = (self.version + self.staleness + 1) * self.rollouts_per_step
-        return max(0, min(self.remaining, limit - self.started))
+        """Rollouts that may start now: within the admission bound (``admit_staleness``,
+        else the staleness bound) and the cap on running rollouts (:meth:`admissible_ahead`)."""
+        ahead = self.staleness if self.admit_staleness < 0 else self.admit_staleness
+        return self.admissible_ahead(ahead)
+
+    def admissible_ahead(self, ahead: int) -> int:
+        """Rollouts that may start while running at most ``ahead`` versions ahead: rollout
+        ``i`` (in start order) is trained around step ``i // B + 1``; it may start at version
+        ``v`` only if that step minus 1 minus ``v`` is at most ``ahead``. Never more than the
+        cap on running rollouts (``max_active``) leaves room for."""
+        limit = (self.version + ahead + 1) * self.rollouts_per_step
+        n = max(0, min(self.remaining, limit - self.started))
+        if self.max_active > 0:
+            n = min(n, max(0, self.max_active - self.active_sessions))
+        return n
 
 
 @dataclass(frozen=True, slots=True)

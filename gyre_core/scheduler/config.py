@@ -16,6 +16,15 @@ class SchedulerConfig:
         0, "async only: fixed rollout units (0 = half the cluster)", min=0
     )
     staleness_bound: int = config_field(2, "train on tokens at most this many versions old", min=0)
+    admission_staleness: int = config_field(
+        -1,
+        "start a rollout at most this many versions ahead of the policy (-1 = the staleness "
+        "bound); further ahead than the bound, its oldest tokens are masked",
+        min=-1,
+    )
+    max_concurrent_rollouts: int = config_field(
+        0, "every policy: the most rollouts running at once (0 = no cap)", min=0
+    )
     switch_mode: str = config_field(
         "migrate",
         "how a unit leaves rollout: keep tokens or restart",

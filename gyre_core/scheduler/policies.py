@@ -42,8 +42,8 @@ class Colocate:
             return Decision(targets={u: TRAIN for u in all_units if s.targets[u] != TRAIN})
         if any(t != ROLLOUT for t in s.targets):  # a step just ended: back to generation
             return Decision(targets={u: ROLLOUT for u in all_units if s.targets[u] != ROLLOUT})
-        if s.active_sessions == 0 and s.ready == 0 and all(r == ROLLOUT for r in s.roles):
-            return Decision(admit=min(s.remaining, s.rollouts_per_step))
+        if all(r == ROLLOUT for r in s.roles):  # the step's own rollouts, within the cap
+            return Decision(admit=s.admissible_ahead(0))
         return Decision()
 
 

@@ -13,13 +13,15 @@ full rate -- and steps run one after another.
   critical path being its calls one after another at the fastest single-sequence rate
   with its tool time between them; then at least the last step, which comes after the
   step that trains it.
-* **admission** — the same path argument, step by step, under the staleness rule every
+* **admission** — the same path argument, step by step, under the admission rule every
   policy obeys (:attr:`Snapshot.admissible`): rollout ``i`` (trace order) may not start
-  before version ``max(0, i // B - staleness)`` is published, and step ``k`` may not start
+  before version ``max(0, i // B - ahead)`` is published (``ahead``: the admission
+  staleness, :attr:`CostModel.admission_ahead`), and step ``k`` may not start
   before ``k * B`` rollouts have finished nor before step ``k - 1`` ended. With unlimited
   engines every rollout starting the moment it may and running its critical path, that
   gives the earliest time ``P_k`` each version can be published; the makespan is at least
-  ``P_steps``. Colocate admits less than the rule allows, so the bound holds for it too.
+  ``P_steps``. Colocate admits less than the rule allows, and a cap on running rollouts
+  (``max_concurrent``) only delays starts, so the bound holds for them too.
 
 No switch, sync or drain cost is counted: the bound holds for every policy.
 """
@@ -70,10 +72,10 @@ def admission_path(
     finishes: list[float] = []  # sorted finish times of the rollouts that may start by now
     admitted = 0
     for k in range(1, steps + 1):
-        # rollouts allowed to start once version k - 1 is out: i // b <= k - 1 + staleness
-        allowed = min(steps * b, (k + c.staleness) * b)
+        # rollouts allowed to start once version k - 1 is out: i // b <= k - 1 + ahead
+        allowed = min(steps * b, (k + c.admission_ahead) * b)
         while admitted < allowed:
-            v = max(0, admitted // b - c.staleness)
+            v = max(0, admitted // b - c.admission_ahead)
             bisect.insort(finishes, published[v] + paths[admitted])
             admitted += 1
         # the (k*b)-th earliest finish among them, then the step itself

@@ -44,7 +44,11 @@ class CostModel:
     drain_s: float = 30.0  # a draining unit's in-flight calls may finish within this
     rollouts_per_step: int = 64
     group_size: int = 8
-    staleness: int = 2  # async and elastic: s - 1 - v <= staleness
+    staleness: int = 2  # masking: a step s trains tokens of versions v with s - 1 - v <= this
+    # admission: a rollout of step s may start at version v when s - 1 - v <= this (-1: the
+    # masking bound); admitting further ahead masks the tokens that end up too old
+    admission_staleness: int = -1
+    max_concurrent: int = 0  # every policy: the most rollouts running at once (0: no cap)
     step_overhead_s: float = 5.0  # per training step: optimizer, checkpoint bookkeeping
     # Router: a session leaves its engine's prefix cache for the least loaded engine when
     # its own runs > balance_abs calls more and > balance_rel times as many (0: never).
@@ -83,6 +87,13 @@ class CostModel:
         ):
             if getattr(self, name) < 0:
                 raise CostError(f"--{_opt(name)}: must be >= 0, got {getattr(self, name)}")
+        if self.admission_staleness < -1:
+            raise CostError(
+                f"--admission-staleness: must be >= -1 (-1: the staleness bound), "
+                f"got {self.admission_staleness}"
+            )
+        if self.max_concurrent < 0:
+            raise CostError(f"--max-concurrent: must be >= 0, got {self.max_concurrent}")
         if self.balance_rel < 1:
             raise CostError(f"--balance-rel: must be >= 1, got {self.balance_rel}")
         if self.rollouts_per_step % self.group_size:
@@ -99,6 +110,11 @@ class CostModel:
         """Seconds a unit takes to change into ``role`` (``train`` or ``rollout``)."""
         own = self.switch_to_train_s if role == TRAIN else self.switch_to_rollout_s
         return own or self.switch_s
+
+    @property
+    def admission_ahead(self) -> int:
+        """How many versions ahead of the policy a rollout may start."""
+        return self.staleness if self.admission_staleness < 0 else self.admission_staleness
 
     def seq_rate(self, n: int) -> float:
         """Tokens/s of each of ``n`` sequences decoding together on one unit."""

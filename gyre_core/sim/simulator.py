@@ -67,6 +67,7 @@ class Stats:
     role_switches: int = 0
     timeouts: int = 0
     events: int = 0
+    peak_rollouts: int = 0  # the most rollouts running at once
 
 
 class Simulator:
@@ -201,6 +202,8 @@ class Simulator:
             max_seqs_per_unit=c.max_seqs_per_unit,
             switch_s=c.switch_to(TRAIN),  # what a policy waits for a training unit
             train_tok_s=c.train_tok_s,
+            admit_staleness=c.admission_ahead,
+            max_active=c.max_concurrent,
         )
 
     def decide(self) -> None:
@@ -220,6 +223,7 @@ class Simulator:
         s = Session(i, tr, self.t, self.t + tr.timeout_s)
         self.sessions.append(s)
         self.live += 1
+        self.stats.peak_rollouts = max(self.stats.peak_rollouts, self.live)
         self.sink.emit(
             ev.RolloutStarted(
                 t=self.t,
@@ -514,6 +518,7 @@ class Simulator:
             "tokens_discarded": self.stats.tokens_discarded,
             "role_switches": self.stats.role_switches,
             "timeouts": self.stats.timeouts,
+            "peak_rollouts": self.stats.peak_rollouts,
             "events": self.stats.events,
             "units": len(self.cluster),
             "gpus": c.gpus,

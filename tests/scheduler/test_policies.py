@@ -42,6 +42,22 @@ def test_admission_respects_the_staleness_bound() -> None:
     assert Async(3, 1).decide(replace(s, started=60, remaining=4, version=6)).admit == 4
 
 
+def test_admission_has_its_own_bound_and_a_cap_that_every_policy_obeys() -> None:
+    s = snap([ROLLOUT] * 3 + [TRAIN], admit_staleness=3)
+    assert s.admissible == (0 + 3 + 1) * B  # the masking bound (staleness 1) is apart
+    assert snap([ROLLOUT] * 4, admit_staleness=0).admissible == B
+    capped = replace(s, max_active=10, active_sessions=6, started=6, remaining=58)
+    assert capped.admissible == 4
+    assert Async(3, 1).decide(capped).admit == 4
+    assert Elastic().decide(capped).admit == 4
+    assert replace(capped, active_sessions=12).admissible == 0  # over the cap: none
+    col, roles = Colocate(), [ROLLOUT] * 4  # the step's own rollouts, the cap at once
+    assert col.decide(snap(roles, max_active=5)).admit == 5
+    assert col.decide(snap(roles, max_active=5, active_sessions=5, started=5)).admit == 0
+    assert col.decide(snap(roles, max_active=5, active_sessions=2, started=5, ready=3)).admit == 3
+    assert col.decide(snap(roles, max_active=5, active_sessions=2, started=8, ready=6)).admit == 0
+
+
 def test_colocate_cycles_generate_train_generate() -> None:
     pol, roles = Colocate(), [ROLLOUT] * 4
     assert pol.decide(snap(roles)).admit == B  # one batch at a time

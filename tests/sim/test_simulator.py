@@ -204,3 +204,27 @@ def test_batch_order_index_trains_each_steps_own_rollouts_by_hand() -> None:
     assert out["index"]["makespan_s"] == pytest.approx(13.0 + 170 / 22 + 2.0, abs=2e-3)
     with pytest.raises(ValueError, match="--batch-order"):
         Simulator(trace, HAND, Async(1, 1), batch_order="shortest")
+
+
+@pytest.mark.parametrize("policy", [Colocate(), Async(3, 1), Elastic()], ids=lambda p: p.name)
+def test_a_cap_on_running_rollouts_holds_for_every_policy(policy) -> None:  # type: ignore[no-untyped-def]
+    costs = replace(CostModel(), gpus=32, rollouts_per_step=16, group_size=4)
+    trace = generate("uniform", 64, 0, group_size=4)
+    free, _ = run(trace, policy, costs=costs)
+    capped, _ = run(trace, policy, costs=replace(costs, max_concurrent=6))
+    assert free["peak_rollouts"] > 6 and capped["peak_rollouts"] == 6
+    assert capped["steps"] == free["steps"] == 4 and capped["tokens_trained"] > 0
+    assert capped["makespan_s"] > free["makespan_s"]  # fewer rollouts at once: longer
+
+
+def test_admission_staleness_is_its_own_bound() -> None:
+    """Rollouts admitted further ahead than the masking bound train their older tokens
+    masked; the admission bound alone never masks."""
+    costs = replace(CostModel(), gpus=32, rollouts_per_step=16, group_size=4, staleness=0)
+    trace = generate("mixed", 64, 1, group_size=4)
+    same, _ = run(trace, Async(3, 1), costs=costs)
+    ahead, _ = run(trace, Async(3, 1), costs=replace(costs, admission_staleness=2))
+    assert same["tokens_masked"] == 0 and same["peak_rollouts"] <= 16
+    assert ahead["tokens_masked"] > 0 and ahead["peak_rollouts"] > 16
+    with pytest.raises(CostError, match="--admission-staleness"):
+        replace(costs, admission_staleness=-2)
