@@ -3,15 +3,18 @@
 Prints measured figures as markdown tables (nothing is asserted):
 
 1. ``--compare``: for each workload kind and cluster size, the makespans of colocate, async
-   at its best fixed split (``gyre_core.sim.compare.best_split``) and elastic; the ratios
-   ``elastic_vs_colocate`` (colocate / elastic) and ``elastic_vs_async`` (async / elastic);
-   each policy's efficiency (lower bound / makespan), role switches and masked tokens;
-   then elastic again with ``--switch-mode restart``.
+   at its best fixed split (``gyre_core.sim.compare.best_split``: the best goodput among
+   the splits that time out at most 1% more rollouts than the fewest) and elastic; the
+   goodput ratios (elastic's tokens trained per second over the other's) and async's
+   makespan over elastic's; each policy's timeouts, tokens trained, efficiency (lower bound
+   / makespan), role switches and masked tokens; then elastic again with
+   ``--switch-mode restart``.
 2. ``--speed``: events/s, wall time and peak RSS of one elastic simulation of 1,000 GPUs
    (125 units of 8) on 20,000 ``xlong`` rollouts (~2M LLM calls), each size in a fresh
    subprocess (``resource.getrusage(...).ru_maxrss``).
 3. ``--sensitivity``: elastic vs async (best split) and vs colocate on ``xlong`` at 64
-   GPUs as ``switch_s`` (0, 10, 30, 60, 120 s) and the staleness bound (0, 1, 2, 4) vary.
+   GPUs as ``switch_s`` (0, 10, 30, 60, 120 s), the staleness bound (0, 1, 2, 4) and the
+   admission bound (3, 4, masking at 2) vary.
 
 With no section flag, all three run.
 
@@ -52,6 +55,15 @@ def _pct(x: float) -> str:
     return f"{x:.3f}"
 
 
+def _g(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """``a``'s goodput over ``b``'s."""
+    return a["goodput_tok_s"] / b["goodput_tok_s"] if b["goodput_tok_s"] else 0.0
+
+
+def _three(key: str, *runs: dict[str, Any], scale: float = 1.0) -> str:
+    return "/".join(f"{r[key] / scale:,.0f}" if scale != 1 else f"{r[key]:,}" for r in runs)
+
+
 def _gpuh(s: dict[str, Any], key: str) -> str:
     return f"{s['gpu_seconds_by_role'][key] / 3600:,.0f}"
 
@@ -60,10 +72,12 @@ def compare_section(sizes: list[tuple[int, int]], modes: list[str]) -> None:
     mode = modes[0]
     print(f"\n## Policy comparison (elastic switch mode: {mode}; {STEPS} steps, seed {SEED})\n")
     head = ("| workload | GPUs | rollouts/step | colocate s | async s (split) | elastic s "
-            "| el/colo | el/async | eff colo | eff async | eff elastic | switches colo/async/el "
+            "| el/colo goodput | el/async goodput | el/async makespan "
+            "| timeouts colo/async/el | trained Mtok colo/async/el "
+            "| eff colo | eff async | eff elastic | switches colo/async/el "
             "| masked tok async/el | restarted el | discarded tok el |")  # fmt: skip
     print(head)
-    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|")
+    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---|---|---:|---:|---:|---|---|---:|---:|")
     detail: list[str] = []
     restart: list[str] = []
     for gpus, rps in sizes:
@@ -84,11 +98,12 @@ def compare_section(sizes: list[tuple[int, int]], modes: list[str]) -> None:
                     f"{el['calls_migrated']:,} | {el['tokens_reprefilled']:,} |"
                 )
             wall = time.perf_counter() - t0
-            ec = colo["makespan_s"] / el["makespan_s"]
-            ea = asy["makespan_s"] / el["makespan_s"]
+            ma = asy["makespan_s"] / el["makespan_s"]
             print(f"| {kind} | {gpus} | {rps} | {colo['makespan_s']:,.0f} | "
                   f"{asy['makespan_s']:,.0f} ({split[0]}:{split[1]}) | {el['makespan_s']:,.0f} | "
-                  f"**{ec:.3f}** | **{ea:.3f}** | {_pct(colo['efficiency'])} | "
+                  f"**{_g(el, colo):.3f}** | **{_g(el, asy):.3f}** | {ma:.3f} | "
+                  f"{_three('timeouts', colo, asy, el)} | "
+                  f"{_three('tokens_trained', colo, asy, el, scale=1e6)} | {_pct(colo['efficiency'])} | "
                   f"{_pct(asy['efficiency'])} | {_pct(el['efficiency'])} | "
                   f"{colo['role_switches']}/{asy['role_switches']}/{el['role_switches']} | "
                   f"{asy['tokens_masked']:,}/{el['tokens_masked']:,} | "
@@ -102,7 +117,11 @@ def compare_section(sizes: list[tuple[int, int]], modes: list[str]) -> None:
                     f"{tot / 3600:,.0f} | {s['lower_bound_s']:,.0f} | {s['calls_migrated']:,} | "
                     f"{s['timeouts']} |"
                 )
-            splits = ", ".join(f"{e['split']}={e['makespan_s']:,.0f}" for e in evaluated)
+            splits = ", ".join(
+                f"{e['split']}={e['makespan_s']:,.0f} s/{e['goodput_tok_s']:,.0f} tok/s"
+                f"/{e['timeouts']} t.o."
+                for e in evaluated
+            )
             detail.append(
                 f"|  |  | (async splits tried: {splits}; {wall:.1f} s wall) | | | | | | | | | |"
             )
@@ -181,12 +200,14 @@ def sensitivity_section(gpus: int, rps: int) -> None:
     base = CostModel(gpus=gpus, rollouts_per_step=rps)
     print(f"\n## Sensitivity: xlong, {gpus} GPUs, {rps} rollouts/step, {STEPS} steps\n")
     print(
-        "| parameter | value | colocate s | async s (split) | elastic s | el/colo | el/async "
-        "| eff elastic | masked tok async/el | switches el |"
+        "| parameter | value | colocate s | async s (split) | elastic s | el/colo goodput "
+        "| el/async goodput | el/async makespan | timeouts async/el | eff elastic "
+        "| masked tok async/el | switches el |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|---:|")
     grid: list[tuple[str, Any]] = [("switch_s", v) for v in (0.0, 10.0, 30.0, 60.0, 120.0)]
     grid += [("staleness", v) for v in (0, 1, 2, 4)]
+    grid += [("admission_staleness", v) for v in (3, 4)]  # masking stays at staleness 2
     for name, value in grid:
         costs = replace(base, **{name: value})
         colo = run(trace, costs, "colocate")
@@ -194,8 +215,9 @@ def sensitivity_section(gpus: int, rps: int) -> None:
         el = run(trace, costs, "elastic")
         print(f"| {name} | {value:g} | {colo['makespan_s']:,.0f} | {asy['makespan_s']:,.0f} "
               f"({split[0]}:{split[1]}) | {el['makespan_s']:,.0f} | "
-              f"{colo['makespan_s'] / el['makespan_s']:.3f} | "
-              f"{asy['makespan_s'] / el['makespan_s']:.3f} | {el['efficiency']:.3f} | "
+              f"{_g(el, colo):.3f} | {_g(el, asy):.3f} | "
+              f"{asy['makespan_s'] / el['makespan_s']:.3f} | "
+              f"{asy['timeouts']}/{el['timeouts']} | {el['efficiency']:.3f} | "
               f"{asy['tokens_masked']:,}/{el['tokens_masked']:,} | {el['role_switches']} |",
               flush=True)  # fmt: skip
 
@@ -204,7 +226,9 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--compare", action="store_true", help="policy comparison")
     p.add_argument("--speed", action="store_true", help="simulator speed at 1,000 GPUs")
-    p.add_argument("--sensitivity", action="store_true", help="switch_s and staleness sweeps")
+    p.add_argument(
+        "--sensitivity", action="store_true", help="switch_s, staleness and admission sweeps"
+    )
     p.add_argument("--quick", action="store_true", help="64 GPUs only; speed up to 5,000 rollouts")
     p.add_argument(
         "--switch-mode",

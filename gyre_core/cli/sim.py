@@ -61,12 +61,7 @@ def register(groups: Sub) -> None:
     r.add_argument("--workload", required=True, metavar="TRACE")
     r.add_argument("--policy", choices=POLICIES, required=True)
     r.add_argument("--split", metavar="R:T", help="async: rollout units : training units")
-    r.add_argument(
-        "--batch-order",
-        choices=batching.ORDERS,
-        default=batching.ARRIVAL,
-        help="which finished rollouts a step trains (gyre_core/scheduler/batching.py)",
-    )
+    _batch_order(r)
     _cost_options(r)
     r.add_argument("--events", metavar="EVENTS.jsonl", help="write every event, one a line")
     r.add_argument("--json", action="store_true", help="print one JSON object")
@@ -74,12 +69,23 @@ def register(groups: Sub) -> None:
 
     c = cmds.add_parser("compare", help="colocate, async at its best split, and elastic")
     c.add_argument("--workload", required=True, metavar="TRACE")
+    _batch_order(c)
     _cost_options(c)
     c.add_argument("--progress", action="store_true", help="one stderr line per simulation")
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c.set_defaults(func=cmd_compare)
 
     predict.register(cmds)
+
+
+def _batch_order(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--batch-order",
+        choices=batching.ORDERS,
+        default=batching.ARRIVAL,
+        help="which finished rollouts a step trains (gyre_core/scheduler/batching.py); "
+        "index: every policy trains the same rollouts in the same steps",
+    )
 
 
 def _cost_options(p: argparse.ArgumentParser) -> None:
@@ -244,7 +250,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(f"gyre sim compare: {line}", file=sys.stderr, flush=True)
 
-    result = compare(trace, costs, args.switch_mode, progress=progress if show else None)
+    result = compare(
+        trace,
+        costs,
+        args.switch_mode,
+        progress=progress if show else None,
+        batch_order=args.batch_order,
+    )
     if args.json:
         print(json.dumps(result, separators=(",", ":")))
         return 0
@@ -254,13 +266,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 COLUMNS = (
     ("split", 7),
+    ("goodput_tok_s", 15),
     ("makespan_s", 13),
+    ("tokens_trained", 16),
+    ("timeouts", 10),
     ("efficiency", 12),
     ("tokens_masked", 15),
     ("role_switches", 15),
     ("calls_migrated", 16),
     ("sessions_restarted", 20),
-    ("timeouts", 10),
 )
 
 
@@ -269,7 +283,7 @@ def _print_comparison(result: dict[str, Any], costs: CostModel, mode: str, wall:
     print(
         f"{e['rollouts']} rollouts, {e['steps']} steps of {costs.rollouts_per_step}, "
         f"{e['gpus']} GPUs in {e['units']} units, switch mode {mode}, "
-        f"lower bound {e['lower_bound_s']:,.1f} s"
+        f"batch order {result['batch_order']}, lower bound {e['lower_bound_s']:,.1f} s"
     )
     print(f"{'policy':<9}" + "".join(f"{name:>{w}}" for name, w in COLUMNS))
     for policy in POLICIES:
@@ -277,11 +291,20 @@ def _print_comparison(result: dict[str, Any], costs: CostModel, mode: str, wall:
         cells = []
         for name, w in COLUMNS:
             v = s.get(name, "-")
-            cells.append(f"{v:>{w},.1f}" if name == "makespan_s" else f"{v!s:>{w}}")
+            wide = name in ("makespan_s", "goodput_tok_s")
+            cells.append(f"{v:>{w},.1f}" if wide else f"{v!s:>{w}}")
         print(f"{policy:<9}" + "".join(cells))
     splits = result["async_splits"]
-    tried = ", ".join(f"{x['split']} {x['makespan_s']:,.1f} s" for x in splits)
+    tried = ", ".join(
+        f"{x['split']} {x['goodput_tok_s']:,.1f} tok/s ({x['timeouts']} timeouts)" for x in splits
+    )
     print(f"async split {result['async']['split']}: the best of {len(splits)} tried ({tried})")
-    print(f"elastic vs colocate  {result['elastic_vs_colocate']:.4f}x")
-    print(f"elastic vs async     {result['elastic_vs_async']:.4f}x   (above 1: elastic is faster)")
+    print(
+        f"goodput   elastic vs colocate {result['elastic_vs_colocate']:.4f}x, "
+        f"vs async {result['elastic_vs_async']:.4f}x   (above 1: elastic trains faster)"
+    )
+    print(
+        f"makespan  elastic vs colocate {result['makespan_vs_colocate']:.4f}x, "
+        f"vs async {result['makespan_vs_async']:.4f}x   (above 1: elastic is done sooner)"
+    )
     print(f"({wall:.1f} s to simulate)", file=sys.stderr)

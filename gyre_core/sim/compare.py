@@ -1,8 +1,15 @@
-"""The three policies side by side on one trace and one cost table.
+"""The three policies side by side on one trace and one cost table, by the work they do.
+
+A run's headline is its **goodput**, tokens trained per second (``goodput_tok_s``; tokens
+masked as too old count as context, not as trained): a policy that finishes sooner because
+more of its rollouts timed out, or masks more, trained less, and makespan alone would reward
+it. Timeouts and tokens trained are reported beside makespan.
 
 :func:`best_split` finds the ``async`` policy's best fixed split of rollout and training
 units, so that elastic is compared against async at its best rather than at an arbitrary
-split; :func:`compare` runs colocate, async at that split and elastic.
+split: the best goodput among the splits whose timeouts exceed the fewest any split had by
+at most :data:`TIMEOUT_SLACK` of the rollouts (a split may not buy goodput by dropping
+rollouts). :func:`compare` runs colocate, async at that split and elastic.
 
 The split search. ``async`` with ``R`` rollout units and ``T = units - R`` training units
 has one simulation per candidate ``R`` in ``1..units-1``; on a cluster of hundreds of units
@@ -15,7 +22,7 @@ trying them all costs hundreds of full simulations. Instead:
 3. repeat until every split in ``lo..hi`` has been evaluated.
 
 The split returned is therefore never worse than either split next to it (``R - 1`` and
-``R + 1`` were simulated too): a local minimum, and the global one when the makespan is
+``R + 1`` were simulated too): a local optimum, and the global one when the score is
 unimodal in ``R`` (too few rollout units starve the trainer, too few training units leave
 batches waiting). Where it is not, the search still returns the best split it evaluated, and
 every split it evaluated is reported. Ties go to the split with fewer rollout units.
@@ -38,6 +45,7 @@ from gyre_core.sim.simulator import Simulator
 from gyre_core.sim.workload import TraceRollout
 
 GRID = 8  # splits per round of the search (the first round spans the whole cluster)
+TIMEOUT_SLACK = 0.01  # best_split: timeouts above the fewest allowed, as a share of rollouts
 
 Progress = Callable[[str], None]
 Summary = dict[str, Any]
@@ -66,34 +74,53 @@ def _simulate(
     mode: str,
     split: tuple[int, int] | None,
     progress: Progress | None,
+    batch_order: str = "arrival",
 ) -> Summary:
     t0 = time.perf_counter()
-    summary = Simulator(trace, costs, make_policy(policy, costs.units, split), mode=mode).run()
+    pol = make_policy(policy, costs.units, split)
+    summary = Simulator(trace, costs, pol, mode=mode, batch_order=batch_order).run()
     if progress is not None:
         label = policy if split is None else f"{policy} {split_label(split)}"
         progress(
             f"{label:<14} makespan {summary['makespan_s']:>12,.1f} s  "
-            f"({time.perf_counter() - t0:.2f} s wall)"
+            f"goodput {summary['goodput_tok_s']:>10,.1f} tok/s  "
+            f"timeouts {summary['timeouts']}  ({time.perf_counter() - t0:.2f} s wall)"
         )
     return summary
 
 
-def search(units: int, makespan: Callable[[int], float]) -> tuple[int, dict[int, float]]:
+def search(
+    units: int,
+    evaluate: Callable[[int], Any],
+    best_of: Callable[[dict[int, Any]], int] | None = None,
+) -> tuple[int, dict[int, Any]]:
     """The search of this module's docstring over ``R`` in ``1..units-1``: the best ``R``
-    found and ``makespan(R)`` of every ``R`` evaluated (each evaluated once)."""
+    found and ``evaluate(R)`` of every ``R`` evaluated (each evaluated once). ``best_of``
+    picks the best ``R`` among those evaluated so far; by default the smallest value, ties
+    to the smaller ``R``."""
     if units < 2:
         raise ValueError(f"a split needs at least 2 units, got {units}")
-    seen: dict[int, float] = {}
+    pick = best_of or (lambda seen: min(seen, key=lambda k: (seen[k], k)))
+    seen: dict[int, Any] = {}
     lo, hi = 1, units - 1
     while True:
         for r in grid(lo, hi):
             if r not in seen:
-                seen[r] = makespan(r)
-        best = min(seen, key=lambda k: (seen[k], k))
+                seen[r] = evaluate(r)
+        best = pick(seen)
         lo = max((k for k in seen if k < best), default=best)
         hi = min((k for k in seen if k > best), default=best)
         if all(k in seen for k in range(lo, hi + 1)):
             return best, seen
+
+
+def best_by_goodput(seen: dict[int, Summary], rollouts: int) -> int:
+    """The split of the best goodput among those whose timeouts exceed the fewest seen by
+    at most :data:`TIMEOUT_SLACK` of ``rollouts``; ties to fewer rollout units."""
+    fewest = min(int(s["timeouts"]) for s in seen.values())
+    allowed = fewest + TIMEOUT_SLACK * rollouts
+    eligible = [r for r, s in seen.items() if s["timeouts"] <= allowed]
+    return min(eligible, key=lambda r: (-float(seen[r]["goodput_tok_s"]), r))
 
 
 def best_split(
@@ -102,27 +129,24 @@ def best_split(
     mode: str = "migrate",
     *,
     progress: Progress | None = None,
+    batch_order: str = "arrival",
 ) -> tuple[tuple[int, int], Summary, list[dict[str, Any]]]:
-    """The async split ``(rollout_units, train_units)`` with the smallest makespan found by
-    the search in this module's docstring, its summary, and every split evaluated as
-    ``{"split": "R:T", "makespan_s": ...}`` in order of ``R``."""
+    """The async split ``(rollout_units, train_units)`` the search in this module's
+    docstring finds (:func:`best_by_goodput`), its summary, and every split evaluated as
+    ``{"split": "R:T", "makespan_s", "goodput_tok_s", "timeouts", "tokens_trained"}`` in
+    order of ``R``."""
     units = _units(costs)
-    summaries: dict[int, Summary] = {}  # only the best so far is kept
 
-    def makespan(r: int) -> float:
-        summary = _simulate(trace, costs, "async", mode, (r, units - r), progress)
-        value = float(summary["makespan_s"])
-        best = next(iter(summaries), None)
-        if best is None or (value, r) < (float(summaries[best]["makespan_s"]), best):
-            summaries.clear()
-            summaries[r] = summary
-        return value
+    def evaluate(r: int) -> Summary:
+        return _simulate(trace, costs, "async", mode, (r, units - r), progress, batch_order)
 
-    r, seen = search(units, makespan)
+    r, seen = search(units, evaluate, lambda s: best_by_goodput(s, len(trace)))
+    keys = ("makespan_s", "goodput_tok_s", "timeouts", "tokens_trained")
     evaluated = [
-        {"split": split_label((k, units - k)), "makespan_s": seen[k]} for k in sorted(seen)
+        {"split": split_label((k, units - k)), **{x: seen[k][x] for x in keys}}
+        for k in sorted(seen)
     ]
-    return (r, units - r), summaries[r], evaluated
+    return (r, units - r), seen[r], evaluated
 
 
 def compare(
@@ -131,28 +155,46 @@ def compare(
     mode: str = "migrate",
     *,
     progress: Progress | None = None,
+    batch_order: str = "arrival",
 ) -> dict[str, Any]:
-    """Colocate, async at its best split and elastic on the same trace and costs.
+    """Colocate, async at its best split and elastic on the same trace and costs, each
+    step training by ``batch_order`` (``index``: every policy trains the same rollouts in
+    the same steps).
 
-    ``elastic_vs_colocate`` and ``elastic_vs_async`` are the other policy's makespan over
-    elastic's (above 1: elastic is faster), rounded to 4 decimals."""
+    ``elastic_vs_colocate`` and ``elastic_vs_async`` are elastic's goodput over the other
+    policy's (above 1: elastic trains more tokens a second); ``makespan_vs_colocate`` and
+    ``makespan_vs_async`` the other's makespan over elastic's (above 1: elastic is done
+    sooner). Each rounded to 4 decimals."""
     _units(costs)  # refuse an impossible cluster before the first simulation
-    colocate = _simulate(trace, costs, "colocate", mode, None, progress)
-    split, async_summary, evaluated = best_split(trace, costs, mode, progress=progress)
-    elastic = _simulate(trace, costs, "elastic", mode, None, progress)
+    colocate = _simulate(trace, costs, "colocate", mode, None, progress, batch_order)
+    split, async_summary, evaluated = best_split(
+        trace, costs, mode, progress=progress, batch_order=batch_order
+    )
+    elastic = _simulate(trace, costs, "elastic", mode, None, progress, batch_order)
     return {
         "colocate": colocate,
         "async": {**async_summary, "split": split_label(split)},
         "elastic": elastic,
         "async_splits": evaluated,
-        "elastic_vs_colocate": _ratio(colocate, elastic),
-        "elastic_vs_async": _ratio(async_summary, elastic),
+        "batch_order": batch_order,
+        "elastic_vs_colocate": _ratio(elastic["goodput_tok_s"], colocate["goodput_tok_s"]),
+        "elastic_vs_async": _ratio(elastic["goodput_tok_s"], async_summary["goodput_tok_s"]),
+        "makespan_vs_colocate": _ratio(colocate["makespan_s"], elastic["makespan_s"]),
+        "makespan_vs_async": _ratio(async_summary["makespan_s"], elastic["makespan_s"]),
     }
 
 
-def _ratio(other: Summary, elastic: Summary) -> float:
-    e = float(elastic["makespan_s"])
-    return round(float(other["makespan_s"]) / e, 4) if e > 0 else 0.0
+def _ratio(a: Any, b: Any) -> float:
+    return round(float(a) / float(b), 4) if float(b) > 0 else 0.0
 
 
-__all__ = ["GRID", "best_split", "compare", "grid", "search", "split_label"]
+__all__ = [
+    "GRID",
+    "TIMEOUT_SLACK",
+    "best_by_goodput",
+    "best_split",
+    "compare",
+    "grid",
+    "search",
+    "split_label",
+]

@@ -505,6 +505,13 @@ class Simulator:
             "steps": self.version,
             "rollouts": len(self.trace),
             "tokens_trained": self.stats.tokens_trained,
+            # the headline of a comparison: tokens trained per second of the run, the masked
+            # ones (too old: context only, no gradient) left out
+            "goodput_tok_s": round(
+                (self.stats.tokens_trained - self.stats.tokens_masked) / self.makespan, 3
+            )
+            if self.makespan
+            else 0.0,
             "tokens_masked": self.stats.tokens_masked,
             "staleness_histogram": {str(k): v for k, v in hist.items()},
             "max_staleness_trained": max((k for k in hist if k <= c.staleness), default=0),

@@ -20,10 +20,11 @@ SUMMARY_KEYS = {
     "tokens_masked", "staleness_histogram", "lower_bound_s", "efficiency",
     "gpu_seconds_by_role", "train_busy_gpu_s", "sessions_restarted", "calls_migrated",
     "tokens_reprefilled", "tokens_discarded", "role_switches", "timeouts", "events", "units",
-    "gpus",
+    "gpus", "goodput_tok_s", "peak_rollouts",
 }  # fmt: skip
 COMPARE_KEYS = {"colocate", "async", "elastic", "async_splits", "elastic_vs_colocate",
-                "elastic_vs_async"}  # fmt: skip
+                "elastic_vs_async", "makespan_vs_colocate", "makespan_vs_async",
+                "batch_order"}  # fmt: skip
 
 
 def ok(*args: str) -> str:
@@ -102,12 +103,20 @@ def test_compare_json_ratios_and_best_split(compared: dict[str, Any], trace: Pat
     assert isinstance(splits, list)
     assert [e["split"] for e in splits] == ["1:3", "2:2", "3:1"]  # 4 units: every split
     chosen = summaries["async"]["split"]
-    makespans = {e["split"]: e["makespan_s"] for e in splits}
-    assert chosen in makespans
-    assert makespans[chosen] == min(makespans.values()) == summaries["async"]["makespan_s"]
+    goodputs = {e["split"]: e["goodput_tok_s"] for e in splits}
+    fewest = min(e["timeouts"] for e in splits)
+    eligible = {e["split"] for e in splits if e["timeouts"] <= fewest + 0.01 * 64}
+    assert chosen in eligible
+    assert goodputs[chosen] == max(goodputs[x] for x in eligible)
+    assert goodputs[chosen] == summaries["async"]["goodput_tok_s"]
+    g = summaries["elastic"]["goodput_tok_s"]
+    assert r["elastic_vs_colocate"] == round(g / summaries["colocate"]["goodput_tok_s"], 4)
+    assert r["elastic_vs_async"] == round(g / summaries["async"]["goodput_tok_s"], 4)
     e = summaries["elastic"]["makespan_s"]
-    assert r["elastic_vs_colocate"] == round(summaries["colocate"]["makespan_s"] / e, 4)
-    assert r["elastic_vs_async"] == round(summaries["async"]["makespan_s"] / e, 4)
+    assert r["makespan_vs_async"] == round(summaries["async"]["makespan_s"] / e, 4)
+    for s in summaries.values():
+        unmasked = s["tokens_trained"] - s["tokens_masked"]
+        assert s["goodput_tok_s"] == round(unmasked / s["makespan_s"], 3)
     # `run` at the chosen split reproduces compare's async figures: same trace, same costs.
     run = json.loads(ok("sim", "run", "--workload", str(trace), "--policy", "async",
                         "--split", chosen, *SMALL, "--json"))  # fmt: skip
@@ -118,12 +127,14 @@ def test_compare_human_form_with_progress(compared: dict[str, Any], trace: Path)
     out = gyre("sim", "compare", "--workload", str(trace), *SMALL, "--progress")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[1].split()[:3] == ["policy", "split", "makespan_s"]
+    assert lines[1].split()[:4] == ["policy", "split", "goodput_tok_s", "makespan_s"]
     assert [line.split()[0] for line in lines[2:5]] == ["colocate", "async", "elastic"]
     chosen = compared["async"]["split"]
     assert any(line.startswith(f"async split {chosen}:") for line in lines)
-    assert f"elastic vs colocate  {compared['elastic_vs_colocate']:.4f}x" in out.stdout
-    assert f"elastic vs async     {compared['elastic_vs_async']:.4f}x" in out.stdout
+    c, a = compared["elastic_vs_colocate"], compared["elastic_vs_async"]
+    assert f"goodput   elastic vs colocate {c:.4f}x, vs async {a:.4f}x" in out.stdout
+    c, a = compared["makespan_vs_colocate"], compared["makespan_vs_async"]
+    assert f"makespan  elastic vs colocate {c:.4f}x, vs async {a:.4f}x" in out.stdout
     progress = [line for line in out.stderr.splitlines() if line.startswith("gyre sim compare:")]
     assert len(progress) == 2 + len(compared["async_splits"])
     quiet = gyre("sim", "compare", "--workload", str(trace), *SMALL, "--json")

@@ -8,7 +8,7 @@ import pytest
 
 from gyre_core.cluster import ClusterError
 from gyre_core.scheduler.policies import Async, make_policy
-from gyre_core.sim.compare import GRID, best_split, compare, grid, search
+from gyre_core.sim.compare import GRID, best_by_goodput, best_split, compare, grid, search
 from gyre_core.sim.costs import CostModel
 from gyre_core.sim.simulator import Simulator
 from gyre_core.sim.workload import TraceRollout, generate
@@ -66,12 +66,25 @@ def test_search_returns_a_local_minimum_even_when_the_makespan_is_not_unimodal(
 def test_best_split_tries_every_split_of_a_small_cluster(trace: list[TraceRollout]) -> None:
     split, summary, evaluated = best_split(trace, SMALL)
     assert [e["split"] for e in evaluated] == ["1:3", "2:2", "3:1"]
-    best = min(evaluated, key=lambda e: e["makespan_s"])
+    best = max(evaluated, key=lambda e: e["goodput_tok_s"])  # no split times out more
+    assert {e["timeouts"] for e in evaluated} == {0}
     assert f"{split[0]}:{split[1]}" == best["split"]
-    assert summary["makespan_s"] == best["makespan_s"]
+    assert summary["goodput_tok_s"] == best["goodput_tok_s"]
     direct = Simulator(trace, SMALL, Async(*split)).run()
     assert direct["makespan_s"] == summary["makespan_s"]
     assert direct["policy"] == "async" and sum(split) == SMALL.units
+
+
+def test_a_split_may_not_buy_goodput_with_timeouts() -> None:
+    """The best goodput among splits whose timeouts exceed the fewest by at most 1% of the
+    rollouts: a split that drops more rollouts is not chosen however fast it trains."""
+    s = lambda goodput, timeouts: {"goodput_tok_s": goodput, "timeouts": timeouts}  # noqa: E731
+    seen = {1: s(900.0, 40), 2: s(500.0, 3), 3: s(480.0, 0), 4: s(700.0, 12)}
+    assert best_by_goodput(seen, rollouts=1000) == 2  # 10 allowed: 4 (12) and 1 (40) are out
+    assert best_by_goodput(seen, rollouts=2000) == 4  # 20 allowed
+    assert best_by_goodput(seen, rollouts=4000) == 1  # 40 allowed: the fastest
+    seen[5] = s(700.0, 0)
+    assert best_by_goodput(seen, rollouts=2000) == 4  # a tie goes to fewer rollout units
 
 
 def test_best_split_on_a_larger_cluster_skips_splits_but_keeps_a_local_minimum(
@@ -81,8 +94,9 @@ def test_best_split_on_a_larger_cluster_skips_splits_but_keeps_a_local_minimum(
     split, summary, evaluated = best_split(trace, costs)
     rs = [int(e["split"].split(":")[0]) for e in evaluated]
     assert rs == sorted(rs) and len(rs) < costs.units - 1
-    by_r = {int(e["split"].split(":")[0]): e["makespan_s"] for e in evaluated}
-    assert by_r[split[0]] == min(by_r.values()) == summary["makespan_s"]
+    by_r = {int(e["split"].split(":")[0]): e["goodput_tok_s"] for e in evaluated}
+    assert {e["timeouts"] for e in evaluated} == {0}  # so goodput alone decides
+    assert by_r[split[0]] == max(by_r.values()) == summary["goodput_tok_s"]
     for r in (split[0] - 1, split[0] + 1):
         if 1 <= r < costs.units:
             assert r in by_r
@@ -96,14 +110,25 @@ def test_compare_runs_three_policies_on_the_same_work(trace: list[TraceRollout])
         s = result[policy]
         assert s["policy"] == policy and s["switch_mode"] == "migrate"
         assert s["steps"] == 2 and s["rollouts"] == 32
-    evaluated = {e["split"]: e["makespan_s"] for e in result["async_splits"]}
-    assert evaluated[result["async"]["split"]] == result["async"]["makespan_s"]
-    assert result["async"]["makespan_s"] == min(evaluated.values())
+    evaluated = {e["split"]: e["goodput_tok_s"] for e in result["async_splits"]}
+    assert evaluated[result["async"]["split"]] == result["async"]["goodput_tok_s"]
+    assert result["async"]["goodput_tok_s"] == max(evaluated.values())
+    g = result["elastic"]["goodput_tok_s"]
+    assert result["elastic_vs_colocate"] == round(g / result["colocate"]["goodput_tok_s"], 4)
+    assert result["elastic_vs_async"] == round(g / result["async"]["goodput_tok_s"], 4)
     e = result["elastic"]["makespan_s"]
-    assert result["elastic_vs_colocate"] == round(result["colocate"]["makespan_s"] / e, 4)
-    assert result["elastic_vs_async"] == round(result["async"]["makespan_s"] / e, 4)
+    assert result["makespan_vs_colocate"] == round(result["colocate"]["makespan_s"] / e, 4)
     colocate = Simulator(trace, SMALL, make_policy("colocate", SMALL.units)).run()
     assert colocate == result["colocate"]  # deterministic: same inputs, same summary
+
+
+def test_compare_with_index_order_trains_the_same_rollouts_in_every_policy(
+    trace: list[TraceRollout],
+) -> None:
+    result = compare(trace, SMALL, batch_order="index")
+    assert result["batch_order"] == "index"
+    trained = {p: result[p]["tokens_trained"] for p in ("colocate", "async", "elastic")}
+    assert len(set(trained.values())) == 1, trained  # the same rollouts, the same tokens
 
 
 def test_compare_passes_the_switch_mode(trace: list[TraceRollout]) -> None:
