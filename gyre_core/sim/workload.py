@@ -7,7 +7,8 @@ A turn is one LLM call (``prompt_tokens`` appended to the context, then ``comple
 generated) followed by ``tool_s`` seconds of tool time off the GPU; ``compact_to`` replaces
 the context after the call by that many tokens. The reader reports bad input as one line
 ``FILE:LINE: FIELD: problem`` (a :class:`TraceFormatError`). :func:`generate` draws the
-synthetic workloads ``xlong``, ``mixed`` and ``uniform``; their distributions, reasoning and
+synthetic workloads ``xlong``, ``mixed`` and ``uniform``, and ``drift``, ``phases`` and
+``bursts``, whose demand moves over the trace; their distributions, reasoning and
 measured figures are in ``docs/sim-workloads.md`` (``python -m gyre_core.sim.workload``
 prints that table).
 """
@@ -31,8 +32,17 @@ import numpy.typing as npt
 
 from gyre_core.jsonl import LocatedError, json_lines
 
-Kind = Literal["xlong", "mixed", "uniform"]
-KINDS: tuple[Kind, ...] = ("xlong", "mixed", "uniform")
+Kind = Literal["xlong", "mixed", "uniform", "drift", "phases", "bursts"]
+# the steady kinds, then the kinds whose demand moves over the trace
+KINDS: tuple[Kind, ...] = ("xlong", "mixed", "uniform", "drift", "phases", "bursts")
+MOVING: tuple[Kind, ...] = ("drift", "phases", "bursts")
+DRIFT_RANGE = (
+    0.5,
+    2.0,
+)  # drift: completion tokens scaled from this at the start to this at the end
+PHASES = 8  # phases: blocks of tasks over the trace, alternately chat-like and uniform
+BURST_BLOCKS = 16  # bursts: blocks of tasks over the trace; every BURST_EVERY-th is xlong
+BURST_EVERY = 4
 DECODE_TOK_S = 40.0  # one sequence's decode speed at typical batch (the simulator's default)
 PREFILL_TOK_S = 20_000.0  # per unit, newly appended tokens only (the rest is prefix-cached)
 
@@ -437,21 +447,35 @@ def generate(kind: Kind, rollouts: int, seed: int, *, group_size: int = 8) -> li
 
 def _assemble(kind: Kind, sizes: IntArray, rng: np.random.Generator) -> list[TraceRollout]:
     n_tasks = len(sizes)
+    position = (np.arange(n_tasks) + 0.5) / max(n_tasks, 1)  # a task's place in the trace
     if kind == "mixed":
         short = rng.random(n_tasks) < MIXED_SHORT_SHARE
+    elif kind == "phases":  # alternate blocks, chat-like first
+        short = (np.floor(position * PHASES).astype(np.int64) % 2) == 0
+    elif kind == "bursts":  # chat-like, with a block of xlong tasks now and then
+        short = (np.floor(position * BURST_BLOCKS).astype(np.int64) % BURST_EVERY) != 1
     else:
         short = np.zeros(n_tasks, dtype=bool)
-    long_regime = UNIFORM if kind == "uniform" else XLONG
+    long_regime = XLONG if kind in ("xlong", "mixed", "bursts") else UNIFORM
     short_turns = iter(_sample(SHORT, sizes[short], rng))
     long_turns = iter(_sample(long_regime, sizes[~short], rng))
+    lo, hi = DRIFT_RANGE
     out: list[TraceRollout] = []
     for g, (is_short, size) in enumerate(zip(short.tolist(), sizes.tolist(), strict=True)):
         regime, turns = (SHORT, short_turns) if is_short else (long_regime, long_turns)
         task_id = f"{kind}-{g:05d}"
+        scale = lo * (hi / lo) ** float(position[g]) if kind == "drift" else 1.0
         for j in range(size):
             rollout_id = f"{task_id}-{j}"
-            out.append(TraceRollout(rollout_id, task_id, task_id, next(turns), regime.timeout_s))
+            got = next(turns)
+            if scale != 1.0:  # responses lengthen as the run goes on
+                got = tuple(_scaled(t, scale) for t in got)
+            out.append(TraceRollout(rollout_id, task_id, task_id, got, regime.timeout_s))
     return out
+
+
+def _scaled(t: Turn, scale: float) -> Turn:
+    return Turn(t.prompt_tokens, max(1, round(t.completion_tokens * scale)), t.tool_s, t.compact_to)
 
 
 # --------------------------------------------------------------------------- describing

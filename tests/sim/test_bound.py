@@ -17,7 +17,7 @@ from gyre_core.sim.bound import (
 from gyre_core.sim.costs import CostError, CostModel
 from gyre_core.sim.engine import Call
 from gyre_core.sim.simulator import Simulator
-from gyre_core.sim.workload import TraceRollout, Turn, generate
+from gyre_core.sim.workload import KINDS, TraceRollout, Turn, generate
 
 # One sequence decodes at 10 tok/s; prefill free; a step costs 1 s of overhead.
 COSTS = CostModel(
@@ -79,7 +79,7 @@ def test_the_bound_holds_and_is_tight_when_the_rule_binds() -> None:
     assert out["efficiency"] == pytest.approx(1.0, abs=1e-3)  # one at a time, as the rule says
 
 
-@pytest.mark.parametrize("kind", ["xlong", "mixed", "uniform"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_the_bound_holds_on_every_workload_and_policy(kind: str) -> None:
     costs = CostModel(gpus=32, rollouts_per_step=16, group_size=8)
     trace = generate(kind, 48, 3)

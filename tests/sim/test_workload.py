@@ -12,8 +12,11 @@ import numpy as np
 import pytest
 
 from gyre_core.sim.workload import (
+    BURST_BLOCKS,
+    BURST_EVERY,
     COMPACT_AT,
     CONTEXT_WINDOW,
+    PHASES,
     TraceFormatError,
     TraceRollout,
     Turn,
@@ -214,3 +217,32 @@ def test_mixed_has_short_and_long_tasks():
     d = describe(generate("mixed", 800, seed=0))
     assert d["turns"]["p50"] <= 8 and d["duration_s"]["p50"] < 5 * 60
     assert d["turns"]["p90"] >= 50 and d["duration_s"]["p99"] >= 2 * 3_600
+
+
+def _quarters(rollouts, value):  # type: ignore[no-untyped-def]
+    q = len(rollouts) // 4
+    return [float(np.mean([value(r) for r in rollouts[i * q : (i + 1) * q]])) for i in range(4)]
+
+
+def test_drift_lengthens_responses_over_the_trace():
+    rollouts = generate("drift", 800, seed=0)
+    means = _quarters(rollouts, lambda r: r.total_completion_tokens)
+    assert means == sorted(means) and means[-1] > 2.5 * means[0]  # 0.5x -> 2x of uniform's
+    assert describe(rollouts)["timeout_share"] == 0
+
+
+def test_phases_alternate_chat_like_and_uniform_blocks():
+    rollouts = generate("phases", 800, seed=0)
+    block = len(rollouts) // PHASES
+    turns = [float(np.mean([len(r.turns) for r in rollouts[i * block : (i + 1) * block]]))
+             for i in range(PHASES)]  # fmt: skip
+    assert all(t <= 8 for t in turns[0::2]) and all(t >= 35 for t in turns[1::2])
+
+
+def test_bursts_are_chat_like_with_blocks_of_long_tasks():
+    rollouts = generate("bursts", 1600, seed=0)
+    block = len(rollouts) // BURST_BLOCKS
+    long = [float(np.median([len(r.turns) for r in rollouts[i * block : (i + 1) * block]])) > 8
+            for i in range(BURST_BLOCKS)]  # fmt: skip
+    assert long == [i % BURST_EVERY == 1 for i in range(BURST_BLOCKS)]
+    assert describe(rollouts)["duration_s"]["p99"] >= 3_600  # the bursts run for hours
