@@ -37,6 +37,7 @@ class Snapshot:
     # masking bound); admitting further ahead trains more tokens older than the bound
     admit_staleness: int = -1
     max_active: int = 0  # the most rollouts running at once (0: no cap)
+    min_train: int = 1  # the fewest training units that hold the training state
 
     @property
     def units(self) -> int:
@@ -94,4 +95,7 @@ def idle_rollout_units(s: Snapshot) -> list[int]:
 
 
 def can_train(s: Snapshot) -> bool:
-    return not s.training and s.ready >= s.rollouts_per_step and bool(s.ready_units(TRAIN))
+    """A step may start: none runs, a batch is ready, and the training units in place hold
+    the training state (``min_train`` of them)."""
+    units = len(s.ready_units(TRAIN))
+    return not s.training and s.ready >= s.rollouts_per_step and units >= max(1, s.min_train)

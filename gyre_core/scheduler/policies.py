@@ -134,7 +134,8 @@ class Elastic:
     def decide(self, s: Snapshot) -> Decision:
         b = s.rollouts_per_step
         top = s.units - self.min_rollout
-        base = max(1, min(top, int(s.units * self.train_share)))
+        # never fewer than the training state needs (the memory model's floor)
+        base = max(1, s.min_train, min(top, int(s.units * self.train_share)))
         admit = s.admissible
         sessions = s.active_sessions + admit
         need = self._engines(s, sessions)
@@ -159,7 +160,8 @@ class Elastic:
         if not targets and not s.training and s.ready < b:
             overflow = math.ceil(sessions / s.max_seqs_per_unit) - len(rollout)
             free = [u for u in train if s.roles[u] == TRAIN]
-            for u in free[: max(0, min(overflow, len(train) - max(1, self.min_train)))]:
+            keep = max(1, self.min_train, s.min_train)
+            for u in free[: max(0, min(overflow, len(train) - keep))]:
                 targets[u] = ROLLOUT
         leaving = sum(1 for r in targets.values() if r == ROLLOUT)
         coming = len(train) + sum(1 for r in targets.values() if r == TRAIN) - leaving
@@ -168,7 +170,7 @@ class Elastic:
 
     def _worth_starting(self, s: Snapshot, coming: int, leaving: int) -> bool:
         now = len(s.ready_units(TRAIN)) - leaving
-        if now < 1:
+        if now < max(1, s.min_train):
             return False
         if coming <= now:
             return True

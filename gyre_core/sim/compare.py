@@ -93,16 +93,20 @@ def search(
     units: int,
     evaluate: Callable[[int], Any],
     best_of: Callable[[dict[int, Any]], int] | None = None,
+    min_train: int = 1,
 ) -> tuple[int, dict[int, Any]]:
-    """The search of this module's docstring over ``R`` in ``1..units-1``: the best ``R``
-    found and ``evaluate(R)`` of every ``R`` evaluated (each evaluated once). ``best_of``
-    picks the best ``R`` among those evaluated so far; by default the smallest value, ties
-    to the smaller ``R``."""
-    if units < 2:
-        raise ValueError(f"a split needs at least 2 units, got {units}")
+    """The search of this module's docstring over ``R`` in ``1..units-min_train``: the best
+    ``R`` found and ``evaluate(R)`` of every ``R`` evaluated (each evaluated once).
+    ``best_of`` picks the best ``R`` among those evaluated so far; by default the smallest
+    value, ties to the smaller ``R``."""
+    if units < 1 + min_train:
+        raise ValueError(
+            f"a split needs at least {1 + min_train} units "
+            f"(1 for rollout, {min_train} for training), got {units}"
+        )
     pick = best_of or (lambda seen: min(seen, key=lambda k: (seen[k], k)))
     seen: dict[int, Any] = {}
-    lo, hi = 1, units - 1
+    lo, hi = 1, units - min_train
     while True:
         for r in grid(lo, hi):
             if r not in seen:
@@ -140,7 +144,8 @@ def best_split(
     def evaluate(r: int) -> Summary:
         return _simulate(trace, costs, "async", mode, (r, units - r), progress, batch_order)
 
-    r, seen = search(units, evaluate, lambda s: best_by_goodput(s, len(trace)))
+    pick = lambda s: best_by_goodput(s, len(trace))  # noqa: E731
+    r, seen = search(units, evaluate, pick, min_train=costs.min_train_units)
     keys = ("makespan_s", "goodput_tok_s", "timeouts", "tokens_trained")
     evaluated = [
         {"split": split_label((k, units - k)), **{x: seen[k][x] for x in keys}}

@@ -50,6 +50,16 @@ class CostModel:
     admission_staleness: int = -1
     max_concurrent: int = 0  # every policy: the most rollouts running at once (0: no cap)
     step_overhead_s: float = 5.0  # per training step: optimizer, checkpoint bookkeeping
+    # Memory: a step needs the training state (parameters, gradients, optimizer state) in GPU
+    # memory. params_b billion parameters at train_bytes_per_param take at least
+    # min_train_units units, each holding train_mem_share of its GPUs' gpu_mem_gb (the rest:
+    # activations, buffers). A unit leaving training offloads its shard to host memory and
+    # restores it on return, at host_gbps per GPU: part of its switch each way.
+    params_b: float = 0.0  # 0: no memory model (a step may train on any number of units)
+    train_bytes_per_param: float = 16.0
+    gpu_mem_gb: float = 80.0
+    train_mem_share: float = 0.5
+    host_gbps: float = 50.0
     # Router: a session leaves its engine's prefix cache for the least loaded engine when
     # its own runs > balance_abs calls more and > balance_rel times as many (0: never).
     balance_abs: int = 32
@@ -94,6 +104,14 @@ class CostModel:
             )
         if self.max_concurrent < 0:
             raise CostError(f"--max-concurrent: must be >= 0, got {self.max_concurrent}")
+        for name in ("params_b", "train_bytes_per_param"):
+            if getattr(self, name) < 0:
+                raise CostError(f"--{_opt(name)}: must be >= 0, got {getattr(self, name)}")
+        for name in ("gpu_mem_gb", "host_gbps"):
+            if getattr(self, name) <= 0:
+                raise CostError(f"--{_opt(name)}: must be > 0, got {getattr(self, name)}")
+        if not 0 < self.train_mem_share <= 1:
+            raise CostError(f"--train-mem-share: must be in (0, 1], got {self.train_mem_share}")
         if self.balance_rel < 1:
             raise CostError(f"--balance-rel: must be >= 1, got {self.balance_rel}")
         if self.rollouts_per_step % self.group_size:
@@ -107,9 +125,32 @@ class CostModel:
         return self.gpus // self.gpus_per_unit
 
     def switch_to(self, role: str) -> float:
-        """Seconds a unit takes to change into ``role`` (``train`` or ``rollout``)."""
+        """Seconds a unit takes to change into ``role`` (``train`` or ``rollout``): the
+        table's switch, plus the restore (into training) or offload (out of it) of its
+        shard of the training state under the memory model."""
         own = self.switch_to_train_s if role == TRAIN else self.switch_to_rollout_s
-        return own or self.switch_s
+        return (own or self.switch_s) + self.offload_s
+
+    @property
+    def train_state_gb(self) -> float:
+        return self.params_b * self.train_bytes_per_param
+
+    @property
+    def min_train_units(self) -> int:
+        """The fewest units that hold the training state (1 without a memory model)."""
+        if self.params_b <= 0:
+            return 1
+        per_unit = self.gpus_per_unit * self.gpu_mem_gb * self.train_mem_share
+        return max(1, math.ceil(self.train_state_gb / per_unit - 1e-9))
+
+    @property
+    def offload_s(self) -> float:
+        """Seconds to move one GPU's shard of the training state (as held by the fewest
+        units) to host memory, or back (0 without a memory model)."""
+        if self.params_b <= 0:
+            return 0.0
+        shard = self.train_state_gb / (self.min_train_units * self.gpus_per_unit)
+        return shard / self.host_gbps
 
     @property
     def admission_ahead(self) -> int:

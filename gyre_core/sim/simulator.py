@@ -24,7 +24,7 @@ from gyre_core.cluster import ROLLOUT, SWITCHING, TRAIN, Cluster
 from gyre_core.scheduler import batching
 from gyre_core.scheduler.base import Decision, Policy, Snapshot
 from gyre_core.sim import switch
-from gyre_core.sim.costs import CostModel
+from gyre_core.sim.costs import CostError, CostModel
 from gyre_core.sim.engine import Call, Engine
 from gyre_core.sim.workload import TraceRollout
 
@@ -101,6 +101,15 @@ class Simulator:
         n = len(self.cluster)
         self.engines = [Engine(u, costs) for u in range(n)]
         self.targets = list(policy.initial_roles(n))
+        need = costs.min_train_units
+        fixed = getattr(policy, "train_units", None)  # a fixed split's training units
+        if need > n or (isinstance(fixed, int) and fixed < need):
+            have = n if fixed is None else fixed
+            raise CostError(
+                f"--params-b {costs.params_b:g}: the training state "
+                f"({costs.train_state_gb:,.0f} GB) needs {need} training units, "
+                f"and {policy.name} trains on at most {have}"
+            )
         for u, role in enumerate(self.targets):
             self.cluster.set_role(u, role)
         self.t = 0.0
@@ -204,6 +213,7 @@ class Simulator:
             train_tok_s=c.train_tok_s,
             admit_staleness=c.admission_ahead,
             max_active=c.max_concurrent,
+            min_train=c.min_train_units,
         )
 
     def decide(self) -> None:

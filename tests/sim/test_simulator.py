@@ -228,3 +228,46 @@ def test_admission_staleness_is_its_own_bound() -> None:
     assert ahead["tokens_masked"] > 0 and ahead["peak_rollouts"] > 16
     with pytest.raises(CostError, match="--admission-staleness"):
         replace(costs, admission_staleness=-2)
+
+
+def test_the_memory_model_sets_a_floor_of_training_units_and_an_offload_cost() -> None:
+    """0.5 B parameters at 16 bytes (8 GB) on units holding 5 GB each: two training units
+    at least; each GPU's 4 GB shard moves to or from host memory at 2 GB/s (2 s), on top
+    of every switch."""
+    mem = replace(HAND, params_b=0.5, gpu_mem_gb=10.0, train_mem_share=0.5, host_gbps=2.0)
+    assert mem.train_state_gb == 8.0 and mem.min_train_units == 2 and mem.offload_s == 2.0
+    assert mem.switch_to("train") == 7.0 and HAND.min_train_units == 1
+    # colocate by hand (test_colocate_by_hand), each switch into training 2 s longer
+    out, _ = run([rollout(0, 100), rollout(1, 100)], Colocate(), costs=mem)
+    assert out["makespan_s"] == pytest.approx(23.0, abs=2e-3)
+    with pytest.raises(CostError, match="needs 2 training units, and async trains on at most 1"):
+        run([rollout(0, 100), rollout(1, 100)], Async(1, 1), costs=mem)
+    with pytest.raises(CostError, match="--train-mem-share"):
+        replace(mem, train_mem_share=0.0)
+
+
+def test_no_step_trains_on_fewer_units_than_the_training_state_needs() -> None:
+    costs = replace(CostModel(), gpus=64, rollouts_per_step=16, group_size=4, params_b=100.0)
+    assert costs.min_train_units == 5  # 1,600 GB over units of 8 x 80 GB x 0.5
+    trace = generate("uniform", 64, 0, group_size=4)
+    for policy in (Colocate(), Async(3, 5), Elastic()):
+        watched = Watched(policy)
+        out, _ = run(trace, watched, costs=costs)
+        assert out["steps"] == 4 and len(watched.starts) >= 4, policy.name
+        assert min(watched.starts) >= 5, (policy.name, watched.starts)
+
+
+class Watched:
+    """A policy as it is, recording the training units in place at each step's start."""
+
+    def __init__(self, policy) -> None:  # type: ignore[no-untyped-def]
+        self.policy, self.name, self.starts = policy, policy.name, []
+
+    def initial_roles(self, units: int) -> list[str]:
+        return self.policy.initial_roles(units)  # type: ignore[no-any-return]
+
+    def decide(self, s):  # type: ignore[no-untyped-def]
+        d = self.policy.decide(s)
+        if d.start_step:
+            self.starts.append(sum(r == "train" for r in s.roles))
+        return d
