@@ -271,3 +271,12 @@ class Watched:
         if d.start_step:
             self.starts.append(sum(r == "train" for r in s.roles))
         return d
+
+
+def test_the_seeds_preset_is_memory_bound() -> None:
+    """configs/sim-seeds.json: holding the training state takes more than half the GPUs."""
+    from pathlib import Path
+
+    c = CostModel.load(Path(__file__).parents[2] / "configs" / "sim-seeds.json")
+    assert (c.units, c.min_train_units) == (32, 18) and c.min_train_units / c.units > 0.5
+    assert c.offload_s == pytest.approx(38_400 / (18 * 32) / 50)
