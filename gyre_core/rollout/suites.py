@@ -16,9 +16,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, overload
 
 from gyre_core.envs import coding, repo_suite
-from gyre_core.rollout.task_env import CodingTaskEnv, RepoTaskEnv
+from gyre_core.rollout.task_env import SUITES, CodingTaskEnv, RepoTaskEnv, repo_spec
 
-SUITES = ("repo", "coding")
 ENDLESS = 2**31 - 1  # a generated task list's length: any index a run asks for is a task
 
 
@@ -55,7 +54,7 @@ class RepoSuite(RepoTaskEnv):
     suite_seed = 0
 
     def __init__(self, task: dict[str, Any], seed: int) -> None:
-        spec = repo_suite.make_task(task["split"], task["size"], int(task["seed"]))
+        spec = repo_spec(task["split"], int(task["index"]), int(task["suite_seed"]))
         super().__init__(spec, seed=seed, hints=bool(task.get("hints", False)))
 
     @classmethod
@@ -64,9 +63,9 @@ class RepoSuite(RepoTaskEnv):
         pos = sizes.index(cls.size)
 
         def make(k: int) -> dict[str, Any]:
-            index = k * len(sizes) + pos
-            seed = cls.suite_seed * 1_000_003 + index
-            return {"split": split, "size": cls.size, "seed": seed, "hints": cls.hints}
+            index = k * len(sizes) + pos  # its size's k-th task
+            return {"split": split, "index": index, "suite_seed": cls.suite_seed,
+                    "hints": cls.hints}  # fmt: skip
 
         return Generated(make)
 

@@ -345,10 +345,14 @@ def make_env(
         raise ValueError(f"{suite} suite index must be an integer >= 0, got {index!r}")
     if suite == "coding":
         return CodingTaskEnv(names[index % len(names)])
-    sizes = repo_suite.SIZES
-    size = sizes[index % len(sizes)]
-    spec = repo_suite.make_task(split, size, suite_seed * 1_000_003 + index)
-    return RepoTaskEnv(spec, seed=seed, hints=hints)
+    return RepoTaskEnv(repo_spec(split, index, suite_seed), seed=seed, hints=hints)
+
+
+def repo_spec(split: repo_suite.Split, index: int, suite_seed: int = 0) -> TaskSpec:
+    """The repo suite's task ``index`` of ``split``: its size cycles with the index, its
+    draw is seeded by the suite seed and the index."""
+    size = repo_suite.SIZES[index % len(repo_suite.SIZES)]
+    return repo_suite.make_task(split, size, suite_seed * 1_000_003 + index)
 
 
 __all__ = [
@@ -359,4 +363,5 @@ __all__ = [
     "RepoTaskEnv",
     "TaskEnv",
     "make_env",
+    "repo_spec",
 ]

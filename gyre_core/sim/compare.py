@@ -34,6 +34,7 @@ units, at most about 17 simulations for 64 units, 30 for 1,024, 38 for 4,096.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -144,7 +145,7 @@ def best_split(
     def evaluate(r: int) -> Summary:
         return _simulate(trace, costs, "async", mode, (r, units - r), progress, batch_order)
 
-    pick = lambda s: best_by_goodput(s, len(trace))  # noqa: E731
+    pick = functools.partial(best_by_goodput, rollouts=len(trace))
     r, seen = search(units, evaluate, pick, min_train=costs.min_train_units)
     keys = ("makespan_s", "goodput_tok_s", "timeouts", "tokens_trained")
     evaluated = [
