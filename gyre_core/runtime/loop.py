@@ -134,6 +134,9 @@ class Loop:
         self.background: set[asyncio.Task[Any]] = set()
         # a step's off-policy rollouts by the version it trains: as trained, as recorded
         self.imported = imported
+        # the version the rollout engines serve: a step's version counts for admission only
+        # once its weights are published (the trainer's runs ahead while they go out)
+        self.published = trainer.version
 
     # ------------------------------------------------------------------ the loop
 
@@ -212,7 +215,7 @@ class Loop:
             ready_tokens=sum(_tokens(r) for r in usable),
             started=started - (self.total - self.steps * self.per_step),
             remaining=len(self.pending),
-            version=self.trainer.version,
+            version=self.published,
             steps_total=self.steps,
             training=self.training,
             rollouts_per_step=self.per_step,
@@ -395,6 +398,7 @@ class Loop:
             engine = self.router.engine(s.name)
             if isinstance(engine, RayEngine):
                 engine._version = version
+        self.published = version
 
     async def settle(self) -> None:
         """Wait for switches in flight; cancel sessions still running (the run is over)."""

