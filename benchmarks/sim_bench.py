@@ -2,12 +2,15 @@
 
 Prints measured figures as markdown tables (nothing is asserted):
 
-1. ``--compare``: for each workload kind and cluster size, the makespans of colocate, async
-   at its best fixed split (``gyre_core.sim.compare.best_split``: the best goodput among
-   the splits that time out at most 1% more rollouts than the fewest) and elastic; the
-   goodput ratios (elastic's tokens trained per second over the other's) and async's
-   makespan over elastic's; each policy's timeouts, tokens trained, efficiency (lower bound
-   / makespan), role switches and masked tokens; then elastic again with
+1. ``--compare``: one table per regime (latency-, throughput- and memory-bound, moving
+   demand; :func:`regimes`), every policy capped at one step's rollouts running at once:
+   the makespans of colocate, async at its best fixed split
+   (``gyre_core.sim.compare.best_split``: the best goodput among the splits that time out
+   at most 1% more rollouts than the fewest) and elastic; the goodput ratios (elastic's
+   tokens trained per second over the other's), also against the split best on the first
+   quarter of the trace, and the policy-independent bound's goodput over async's (the most
+   any policy could gain); each policy's timeouts, tokens trained, efficiency (goodput over
+   the bound's), role switches and masked tokens; then elastic with
    ``--switch-mode restart``.
 2. ``--speed``: events/s, wall time and peak RSS of one elastic simulation of 1,000 GPUs
    (125 units of 8) on 20,000 ``xlong`` rollouts (~2M LLM calls), each size in a fresh
@@ -19,7 +22,7 @@ Prints measured figures as markdown tables (nothing is asserted):
 With no section flag, all three run.
 
     .venv/bin/python benchmarks/sim_bench.py              # everything
-    .venv/bin/python benchmarks/sim_bench.py --quick      # 64 GPUs only, smaller speed run
+    .venv/bin/python benchmarks/sim_bench.py --quick      # fewer rows, smaller speed run
     .venv/bin/python benchmarks/sim_bench.py --compare --switch-mode restart
 """
 
@@ -37,10 +40,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gyre_core.scheduler.policies import make_policy
-from gyre_core.sim.compare import best_split
+from gyre_core.sim.compare import best_split, first_quarter_split
 from gyre_core.sim.costs import CostModel
 from gyre_core.sim.simulator import Simulator
-from gyre_core.sim.workload import KINDS, generate
+from gyre_core.sim.workload import generate
 
 STEPS = 16  # training steps per comparison run
 SEED = 0
@@ -68,25 +71,66 @@ def _gpuh(s: dict[str, Any], key: str) -> str:
     return f"{s['gpu_seconds_by_role'][key] / 3600:,.0f}"
 
 
-def compare_section(sizes: list[tuple[int, int]], modes: list[str]) -> None:
+SEEDS = Path(__file__).resolve().parents[1] / "configs" / "sim-seeds.json"
+
+# The regimes of docs/sim-results.md, each a list of (workload kind, cost table): a
+# latency-bound run waits on its longest rollouts and the admission chain; a
+# throughput-bound one on the engines (many rollouts a step for the GPUs); a memory-bound
+# one must hold a training state that fills over half the cluster (the seeds' preset);
+# moving demand changes its rollouts' lengths over the run.
+Row = tuple[str, CostModel]
+
+
+def regimes(quick: bool) -> dict[str, list[Row]]:
+    small = [(64, 64)] if quick else [(64, 64), (256, 128)]
+    seeds = CostModel.load(SEEDS)
+    return {
+        "latency-bound": [
+            (k, CostModel(gpus=g, rollouts_per_step=r)) for g, r in small for k in ("xlong", "mixed")
+        ],
+        "throughput-bound": [(k, CostModel(gpus=g, rollouts_per_step=r)) for g, r in small
+                             for k in ("uniform",)]
+        + [(k, CostModel(gpus=64, rollouts_per_step=256)) for k in ("xlong", "mixed", "uniform")],
+        "memory-bound": [(k, seeds) for k in (("xlong",) if quick else ("xlong", "uniform"))],
+        "moving demand": [
+            (k, CostModel(gpus=g, rollouts_per_step=r))
+            for g, r in small
+            for k in ("drift", "phases", "bursts")
+        ],
+    }  # fmt: skip
+
+
+def capped(costs: CostModel) -> CostModel:
+    """AReaL's cap on concurrent rollouts at its default, one step's batch, for every
+    policy alike."""
+    return replace(costs, max_concurrent=costs.rollouts_per_step)
+
+
+def compare_section(rows: dict[str, list[Row]], modes: list[str]) -> None:
     mode = modes[0]
-    print(f"\n## Policy comparison (elastic switch mode: {mode}; {STEPS} steps, seed {SEED})\n")
-    head = ("| workload | GPUs | rollouts/step | colocate s | async s (split) | elastic s "
-            "| el/colo goodput | el/async goodput | el/async makespan "
-            "| timeouts colo/async/el | trained Mtok colo/async/el "
-            "| eff colo | eff async | eff elastic | switches colo/async/el "
-            "| masked tok async/el | restarted el | discarded tok el |")  # fmt: skip
-    print(head)
-    print("|---|---:|---:|---:|---|---:|---:|---:|---:|---|---|---:|---:|---:|---|---|---:|---:|")
+    print(f"\n## Policy comparison (elastic switch mode: {mode}; {STEPS} steps, seed {SEED}; "
+          "at most one step's rollouts running at once)\n")  # fmt: skip
     detail: list[str] = []
     restart: list[str] = []
-    for gpus, rps in sizes:
-        for kind in KINDS:
-            costs = CostModel(gpus=gpus, rollouts_per_step=rps)
+    for regime, runs in rows.items():
+        print(f"\n### {regime}\n")
+        print("| workload | GPUs | rollouts/step | colocate s | async s (split) | elastic s "
+              "| el/colo goodput | el/async goodput | el/async-q1 goodput (split) "
+              "| bound/async goodput | el/async makespan | timeouts colo/async/el "
+              "| trained Mtok colo/async/el | eff colo | eff async | eff elastic "
+              "| binding term | switches colo/async/el | masked tok async/el |")  # fmt: skip
+        print(
+            "|---|---:|---:|---:|---|---:|---:|---:|---|---:|---:|---|---|---:|---:|---:|---|---|---|"
+        )
+        for kind, base in runs:
+            costs = capped(base)
+            gpus, rps = costs.gpus, costs.rollouts_per_step
             trace = generate(kind, STEPS * rps, SEED)
             t0 = time.perf_counter()
             colo = run(trace, costs, "colocate")
             split, asy, evaluated = best_split(trace, costs)
+            q1 = first_quarter_split(trace, costs, batch_order="arrival")
+            aq1 = asy if q1 == split else run(trace, costs, "async", split=q1)
             el = run(trace, costs, "elastic", mode)
             if len(modes) > 1:
                 er = run(trace, costs, "elastic", modes[1])
@@ -99,22 +143,26 @@ def compare_section(sizes: list[tuple[int, int]], modes: list[str]) -> None:
                 )
             wall = time.perf_counter() - t0
             ma = asy["makespan_s"] / el["makespan_s"]
+            ceiling = el["ceiling_goodput_tok_s"] / asy["goodput_tok_s"]
+            terms = el["bound_terms_s"]
+            binding = max(terms, key=lambda k: terms[k])[:-2]
             print(f"| {kind} | {gpus} | {rps} | {colo['makespan_s']:,.0f} | "
                   f"{asy['makespan_s']:,.0f} ({split[0]}:{split[1]}) | {el['makespan_s']:,.0f} | "
-                  f"**{_g(el, colo):.3f}** | **{_g(el, asy):.3f}** | {ma:.3f} | "
+                  f"**{_g(el, colo):.3f}** | **{_g(el, asy):.3f}** | "
+                  f"{_g(el, aq1):.3f} ({q1[0]}:{q1[1]}) | {ceiling:.3f} | {ma:.3f} | "
                   f"{_three('timeouts', colo, asy, el)} | "
                   f"{_three('tokens_trained', colo, asy, el, scale=1e6)} | {_pct(colo['efficiency'])} | "
-                  f"{_pct(asy['efficiency'])} | {_pct(el['efficiency'])} | "
+                  f"{_pct(asy['efficiency'])} | {_pct(el['efficiency'])} | {binding} | "
                   f"{colo['role_switches']}/{asy['role_switches']}/{el['role_switches']} | "
-                  f"{asy['tokens_masked']:,}/{el['tokens_masked']:,} | "
-                  f"{el['sessions_restarted']} | {el['tokens_discarded']:,} |", flush=True)  # fmt: skip
+                  f"{asy['tokens_masked']:,}/{el['tokens_masked']:,} |", flush=True)  # fmt: skip
             for name, s in (("colocate", colo), ("async", asy), ("elastic", el)):
                 tot = sum(s["gpu_seconds_by_role"].values())
                 detail.append(
                     f"| {kind} | {gpus} | {name} | {_gpuh(s, 'rollout_busy')} | "
                     f"{_gpuh(s, 'rollout_idle')} | {_gpuh(s, 'train')} | "
                     f"{s['train_busy_gpu_s'] / 3600:,.0f} | {_gpuh(s, 'switching')} | "
-                    f"{tot / 3600:,.0f} | {s['lower_bound_s']:,.0f} | {s['calls_migrated']:,} | "
+                    f"{tot / 3600:,.0f} | {s['lower_bound_s']:,.0f} | {s['run_bound_s']:,.0f} | "
+                    f"{s['calls_migrated']:,} | {s['tokens_prefilled'] / 1e6:,.0f} | "
                     f"{s['timeouts']} |"
                 )
             splits = ", ".join(
@@ -123,14 +171,15 @@ def compare_section(sizes: list[tuple[int, int]], modes: list[str]) -> None:
                 for e in evaluated
             )
             detail.append(
-                f"|  |  | (async splits tried: {splits}; {wall:.1f} s wall) | | | | | | | | | |"
+                f"|  |  | (async splits tried: {splits}; {wall:.1f} s wall) | | | | | | | | | | | |"
             )
     print("\nGPU-hours by category (train_busy: training units inside a step):\n")
     print(
         "| workload | GPUs | policy | rollout busy | rollout idle | train | train busy "
-        "| switching | total | lower bound s | calls migrated | timeouts |"
+        "| switching | total | bound s | run bound s | calls migrated | prefilled Mtok "
+        "| timeouts |"
     )
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     print("\n".join(detail), flush=True)
     if restart:
         print(f"\nElastic with --switch-mode {modes[1]} against {mode} (same traces):\n")
@@ -254,9 +303,8 @@ def main(argv: list[str] | None = None) -> None:
         a.compare = a.speed = a.sensitivity = True
     t0 = time.perf_counter()
     if a.compare:
-        sizes = [(64, 64)] if a.quick else [(64, 64), (256, 128)]
         modes = ["migrate", "restart"] if a.switch_mode == "both" else [a.switch_mode]
-        compare_section(sizes, modes)
+        compare_section(regimes(a.quick), modes)
     if a.speed:
         n = a.speed_rollouts or ([2_000, 5_000] if a.quick else [2_000, 5_000, 20_000])
         speed_section(n, gpus=1_000, rps=1_000, budget_s=a.speed_budget)

@@ -299,9 +299,20 @@ def _print_comparison(result: dict[str, Any], costs: CostModel, mode: str, wall:
         f"{x['split']} {x['goodput_tok_s']:,.1f} tok/s ({x['timeouts']} timeouts)" for x in splits
     )
     print(f"async split {result['async']['split']}: the best of {len(splits)} tried ({tried})")
+    q1 = result["async_first_quarter"]
+    print(
+        f"async split {q1['split']} (best on the first quarter of the trace): "
+        f"{q1['goodput_tok_s']:,.1f} tok/s, {q1['timeouts']} timeouts"
+    )
+    terms = ", ".join(f"{k[:-2]} {v:,.1f} s" for k, v in e["bound_terms_s"].items())
+    print(
+        f"bound     {e['lower_bound_s']:,.1f} s ({terms}): no policy trains faster than "
+        f"{result['ceiling_goodput_tok_s']:,.1f} tok/s, {result['ceiling_vs_async']:.4f}x async"
+    )
     print(
         f"goodput   elastic vs colocate {result['elastic_vs_colocate']:.4f}x, "
-        f"vs async {result['elastic_vs_async']:.4f}x   (above 1: elastic trains faster)"
+        f"vs async {result['elastic_vs_async']:.4f}x, vs the first quarter's split "
+        f"{result['elastic_vs_async_first_quarter']:.4f}x   (above 1: elastic trains faster)"
     )
     print(
         f"makespan  elastic vs colocate {result['makespan_vs_colocate']:.4f}x, "

@@ -2,9 +2,14 @@
 
 * **Routing.** A session sticks to the engine that served its last call (its prefix is in
   that engine's cache) unless that engine is draining, dead, or busier than the least-loaded
-  live engine by more than ``affinity_slack`` requests; otherwise the least-loaded engine
+  live engine by more than ``affinity_slack`` requests *and* waiting for it costs more than
+  re-prefilling the session's cached tokens elsewhere; otherwise the least-loaded engine
   wins (ties: fewest sessions pinned to it, then insertion order). Load is the larger of the
   engine's own ``load()`` (running + waiting) and the router's count of its calls there.
+  The wait is the engine's queued requests plus one, times the measured seconds between
+  its calls' completions (an average over the last few); the re-prefill is the tokens the
+  session's last call left in the cache over ``prefill_tok_s``. Until an engine has
+  completed two calls its wait is unknown and the slack alone decides.
 * **Drain** (a unit leaving rollout): the engine gets no new calls; calls on it may finish
   until the deadline; each one still running is then aborted there and continued elsewhere.
   In ``mode="migrate"`` (default) the continuation keeps the generated tokens (with their
@@ -39,6 +44,9 @@ from typing import Literal
 
 from gyre_core.rollout.engine import Completion, Engine, SamplingParams, ScoringEngine
 
+PREFILL_TOK_S = 20_000.0  # a GPU engine's prefill rate (the simulator's default, sim-costs.md)
+GAP_WEIGHT = 0.2  # weight of the newest interval in the mean gap between completions
+
 
 class NoEngineError(RuntimeError):
     """No live, non-draining engine is left to serve a call."""
@@ -72,6 +80,7 @@ class Router:
         mode: Literal["migrate", "restart"] = "migrate",
         affinity_slack: int = 4,
         wait_s: float = 0.0,
+        prefill_tok_s: float = PREFILL_TOK_S,
     ) -> None:
         if mode not in ("migrate", "restart"):
             raise ValueError(f"mode must be 'migrate' or 'restart', got {mode!r}")
@@ -80,6 +89,9 @@ class Router:
         # With no live engine, a call waits this long for one to join (a unit coming back
         # to rollout) before NoEngineError; 0 raises at once.
         self.wait_s = wait_s
+        # The rate a session's cached context re-prefills at on another engine (tokens/s);
+        # 0: a session never waits for a busy engine beyond the slack.
+        self.prefill_tok_s = prefill_tok_s
         self.stats = RouterStats()
         self._engines: dict[str, Engine] = dict(engines)
         self._draining: set[str] = set()
@@ -87,6 +99,9 @@ class Router:
         self._domain: dict[str, str] = {}  # engine -> failure domain ("" = unknown)
         self._sessions: dict[str, str] = {}  # session -> engine of its last call
         self._calls: dict[str, _Call] = {}  # caller's request_id -> current attempt
+        self._cached: dict[str, int] = {}  # session -> tokens its last call left cached
+        self._gap: dict[str, float] = {}  # engine -> mean seconds between completions
+        self._done_at: dict[str, float] = {}  # engine -> its last completion (loop time)
         # Hooks for the runtime: an engine found dead; a call continued on another engine
         # (session_id, from engine, to engine, generated tokens kept).
         self.on_dead: Callable[[str], None] | None = None
@@ -147,6 +162,25 @@ class Router:
 
     def forget_session(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)
+        self._cached.pop(session_id, None)
+
+    def _completed(self, name: str, session_id: str, cached: int) -> None:
+        """A call ended on ``name``: what it left cached, and the gap since the last one."""
+        self._cached[session_id] = cached
+        now = asyncio.get_running_loop().time()
+        last = self._done_at.get(name)
+        self._done_at[name] = now
+        if last is not None:
+            gap = self._gap.get(name)
+            self._gap[name] = now - last if gap is None else gap + GAP_WEIGHT * (now - last - gap)
+
+    def _worth_waiting(self, session_id: str, name: str, waiting: int) -> bool:
+        """Whether waiting behind ``name``'s ``waiting`` queued requests costs no more than
+        re-prefilling the session's cached tokens on another engine."""
+        gap = self._gap.get(name)
+        if self.prefill_tok_s <= 0 or gap is None:
+            return False
+        return (waiting + 1) * gap <= self._cached.get(session_id, 0) / self.prefill_tok_s
 
     # ------------------------------------------------------------------ calls
 
@@ -193,6 +227,7 @@ class Router:
                 call.done.set()
                 self._calls.pop(request_id, None)
             if out.finish_reason != "abort" or not call.evicted or call.cancelled:
+                self._completed(name, session_id, len(prompt) + len(out.token_ids))
                 return _finish(_concat(kept, out), out.finish_reason, len(prompt_ids))
             attempt += 1
             if self.mode == "migrate":
@@ -292,13 +327,17 @@ class Router:
                 f"draining={sorted(self._draining)}, dead={sorted(self._dead)})"
             )
         read = {n: await self._load(n) for n in live}
-        loads = {n: x for n, x in read.items() if x is not None}
+        loads = {n: x[0] for n, x in read.items() if x is not None}
+        queued = {n: x[1] for n, x in read.items() if x is not None}
         if not loads:  # every candidate died while its load was read: choose again
             return await self._pick(session_id, scoring=scoring, avoid=avoid)
         live = list(loads)
         least = min(loads.values())
         last = self._sessions.get(session_id)
-        if last in loads and loads[last] <= least + self.affinity_slack:
+        if last in loads and (
+            loads[last] <= least + self.affinity_slack
+            or self._worth_waiting(session_id, last, queued[last])
+        ):
             return last
         pinned = {n: 0 for n in live}
         for n in self._sessions.values():
@@ -306,20 +345,21 @@ class Router:
                 pinned[n] += 1
         return min(live, key=lambda n: (loads[n], pinned[n]))
 
-    async def _load(self, name: str) -> int | None:
-        """Calls on ``name`` (running + waiting); None when it died while being asked."""
+    async def _load(self, name: str) -> tuple[int, int] | None:
+        """Calls on ``name`` (running + waiting) and those of them waiting for a slot; None
+        when it died while being asked."""
         mine = sum(1 for c in self._calls.values() if c.engine == name)
         engine = self._engines.get(name)  # it may have left while other loads were read
         if engine is None:
-            return mine
+            return mine, 0
         try:
             load = await engine.load()
         except ConnectionError:  # the engine is gone (a lost actor or server)
             self._died(name)
             return None
         except (RuntimeError, OSError):  # a slow or failed read: count the router's calls
-            return mine
-        return max(mine, load.running + load.waiting)
+            return mine, 0
+        return max(mine, load.running + load.waiting), load.waiting
 
 
 def _concat(a: Completion, b: Completion) -> Completion:

@@ -1,6 +1,9 @@
-"""A lower bound on a run's makespan: ``max(work, path, admission)``.
+"""Lower bounds on a makespan: ``max(work, path, admission)``.
 
-Every term uses the run's own work, not the trace's: a run whose rollouts time out
+:func:`trace_bound` is the **policy-independent** bound, from the trace and the costs
+alone; every policy's efficiency is measured against it (see its docstring).
+:func:`lower_bound` is the **per-run** bound, a diagnostic: every term uses the run's own
+work, not the trace's: a run whose rollouts time out
 (waiting for an engine, say) does less of it, and a bound from the trace would then
 overstate what that run had to do. Step ``k`` trained ``T_k`` tokens; it cannot take
 less than ``step_overhead_s + T_k / (train_tok_s * units)`` -- every unit training it at
@@ -35,12 +38,18 @@ from gyre_core.sim.costs import CostModel
 from gyre_core.sim.workload import TraceRollout
 
 
-def rollout_path(r: TraceRollout, c: CostModel) -> float:
-    """The shortest time ``r`` can take: ``min(timeout_s, calls back to back + tools)``."""
+def full_path(r: TraceRollout, c: CostModel) -> float:
+    """``r``'s calls back to back at the fastest rate, with its tool time between them."""
     fast = c.seq_rate(1)
     tools = sum(t.tool_s for t in r.turns[:-1])  # a rollout ends with its last call
-    calls = sum(t.prompt_tokens / c.prefill_tok_s + t.completion_tokens / fast for t in r.turns)
-    return min(r.timeout_s, calls + tools)
+    return tools + sum(
+        t.prompt_tokens / c.prefill_tok_s + t.completion_tokens / fast for t in r.turns
+    )
+
+
+def rollout_path(r: TraceRollout, c: CostModel) -> float:
+    """The shortest time ``r`` can take: ``min(timeout_s, calls back to back + tools)``."""
+    return min(r.timeout_s, full_path(r, c))
 
 
 def step_time(tokens: int, c: CostModel) -> float:
@@ -99,3 +108,57 @@ def lower_bound(
         critical_path(trace, c, step_tokens),
         admission_path(trace, c, step_tokens),
     )
+
+
+def _reachable(r: TraceRollout, c: CostModel) -> float:
+    """The share of ``r`` any policy can run before its timeout: 1, or the part of its
+    critical path that fits in ``timeout_s``."""
+    path = full_path(r, c)
+    return min(1.0, r.timeout_s / path) if path > 0 else 1.0
+
+
+def rollout_tokens(r: TraceRollout) -> int:
+    """The tokens ``r``'s tree holds: its prompts, completions and compaction summaries."""
+    return sum(t.prompt_tokens + t.completion_tokens + (t.compact_to or 0) for t in r.turns)
+
+
+def trace_bound(trace: list[TraceRollout], c: CostModel) -> dict[str, float]:
+    """The policy-independent lower bound on the makespan of ``trace`` under ``c``, with
+    its terms (seconds) and ``tokens``, the most any policy can train.
+
+    Each rollout counts for the share of it that fits in its timeout at the fastest
+    single-sequence rate (:func:`_reachable`; all of it for most), and every policy trains
+    the same rollouts in the same number of steps. The terms:
+
+    * **work** -- every unit busy all the time at its best throughput: each completion
+      token decoded at ``best_decode_tok_s``, each prompt token prefilled once
+      (``prefill_tok_s``: a perfect prefix cache, no re-prefill), each token trained at
+      ``train_tok_s``, and every step's ``step_overhead_s`` paid on each of the
+      ``min_train_units`` it needs at least (**the memory floor**), over all units.
+    * **path** -- the longest rollout's critical path (capped by its timeout), then the
+      shortest step.
+    * **admission** -- :func:`admission_path` with each step's time that of the ``B``
+      smallest rollouts trained on every unit.
+
+    Makespan bounds a run that does all the trace's work; a run that times out rollouts
+    does less, so efficiency compares goodputs: a run's against ``tokens / bound``."""
+    b, steps = c.rollouts_per_step, len(trace) // c.rollouts_per_step
+    trained = trace[: steps * b]
+    shared = [(r, _reachable(r, c)) for r in trained]
+    decode = sum(f * sum(t.completion_tokens for t in r.turns) for r, f in shared)
+    prefill = sum(f * sum(t.prompt_tokens for t in r.turns) for r, f in shared)
+    sizes = sorted(int(f * rollout_tokens(r)) for r, f in shared)
+    tokens = sum(sizes)
+    unit_s = (
+        decode / c.best_decode_tok_s
+        + prefill / c.prefill_tok_s
+        + tokens / c.train_tok_s
+        + steps * c.min_train_units * c.step_overhead_s
+    )
+    smallest = [sum(sizes[:b])] * steps
+    terms = {
+        "work_s": unit_s / c.units,
+        "path_s": critical_path(trained, c, smallest),
+        "admission_s": admission_path(trained, c, smallest),
+    }
+    return {"bound_s": max(terms.values()), **terms, "tokens": float(tokens)}

@@ -177,6 +177,12 @@ def compare(
         trace, costs, mode, progress=progress, batch_order=batch_order
     )
     elastic = _simulate(trace, costs, "elastic", mode, None, progress, batch_order)
+    q1 = first_quarter_split(trace, costs, mode, batch_order=batch_order)
+    if q1 == split:
+        early = async_summary
+    else:
+        early = _simulate(trace, costs, "async", mode, q1, progress, batch_order)
+    ceiling = float(elastic["ceiling_goodput_tok_s"])
     return {
         "colocate": colocate,
         "async": {**async_summary, "split": split_label(split)},
@@ -187,7 +193,26 @@ def compare(
         "elastic_vs_async": _ratio(elastic["goodput_tok_s"], async_summary["goodput_tok_s"]),
         "makespan_vs_colocate": _ratio(colocate["makespan_s"], elastic["makespan_s"]),
         "makespan_vs_async": _ratio(async_summary["makespan_s"], elastic["makespan_s"]),
+        # async at the split that was best on the first quarter of the trace (what a user
+        # who tuned the split on an early part of the run would keep)
+        "async_first_quarter": {**early, "split": split_label(q1)},
+        "elastic_vs_async_first_quarter": _ratio(elastic["goodput_tok_s"], early["goodput_tok_s"]),
+        # the policy-independent bound's goodput (the most any policy trains a second)
+        # over async's: no policy can beat the best split by more
+        "ceiling_goodput_tok_s": ceiling,
+        "ceiling_vs_async": _ratio(ceiling, async_summary["goodput_tok_s"]),
     }
+
+
+def first_quarter_split(
+    trace: list[TraceRollout], costs: CostModel, mode: str = "migrate", *, batch_order: str
+) -> tuple[int, int]:
+    """The async split :func:`best_split` picks on the first quarter of ``trace`` (at least
+    one step's rollouts)."""
+    b = costs.rollouts_per_step
+    head = trace[: max(b, len(trace) // 4 // b * b)]
+    split, _, _ = best_split(head, costs, mode, batch_order=batch_order)
+    return split
 
 
 def _ratio(a: Any, b: Any) -> float:
@@ -200,6 +225,7 @@ __all__ = [
     "best_by_goodput",
     "best_split",
     "compare",
+    "first_quarter_split",
     "grid",
     "search",
     "split_label",

@@ -67,6 +67,7 @@ def begin_switch(sim: Simulator, u: int, role: str) -> None:
     e = sim.engines[u]
     if current == ROLLOUT:
         e.accepting = False
+        sim.leave_rollout(u)
         for s in sim.sessions:  # its prefix cache goes with it
             if s.unit == u and s.call is None:
                 sim.set_unit(s, -1)

@@ -253,3 +253,47 @@ def test_an_engine_whose_load_fails_is_dead_not_idle() -> None:
     out = asyncio.run(router.generate("s", PROMPT, SHORT, request_id="r"))
     assert out.versions == [1] * 6 and router.live() == ["b"] and dead == ["x"]
     assert router.stats.calls_migrated == 0  # it never got the call
+
+
+class _Scripted:
+    """An engine that answers at once with 4 tokens and reports the load it is told."""
+
+    def __init__(self) -> None:
+        self.reported = EngineLoad(running=0, waiting=0)
+
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, *, request_id: str
+    ) -> Completion:
+        await asyncio.sleep(0.02)
+        return Completion([1, 2, 3, 4], [0.0] * 4, [0] * 4, "length")
+
+    async def abort(self, request_id: str) -> bool:
+        return False
+
+    async def load(self) -> EngineLoad:
+        return self.reported
+
+
+@pytest.mark.parametrize(
+    ("prefill_tok_s", "stays"),
+    [(10.0, True), (1e12, False), (0.0, False)],
+)
+def test_a_busy_engine_keeps_a_session_while_waiting_beats_re_prefilling(
+    prefill_tok_s: float, stays: bool
+) -> None:
+    # The session's 1,000 cached tokens would take 100 s to re-prefill at 10 tok/s: its
+    # engine's 10 queued calls, one every ~0.02 s, are the cheaper wait. At 1e12 tok/s
+    # re-prefilling is the cheaper; 0 leaves the load slack alone to decide.
+    a, b = _Scripted(), _Scripted()
+    router = Router({"a": a, "b": b}, prefill_tok_s=prefill_tok_s)  # type: ignore[dict-item]
+    prompt = [5] * 996
+
+    async def run() -> str:
+        for turn in range(2):  # two completions on "a" measure its gap
+            await router.generate("s", prompt, SHORT, request_id=f"r{turn}")
+        assert router.session_engine("s") == "a"
+        a.reported = EngineLoad(running=8, waiting=10)  # 18 calls against 0: past the slack
+        await router.generate("s", prompt, SHORT, request_id="r2")
+        return router.session_engine("s") or ""
+
+    assert asyncio.run(run()) == ("a" if stays else "b")

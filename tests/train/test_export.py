@@ -50,6 +50,7 @@ def _process(rank: int, world: int, port: int, run: str) -> None:
             if rank == 0:
                 (path / "state.json").write_text(json.dumps({"version": trainer.version}))
                 torch.save(full, Path(run) / f"full-{trainer.version}.pt")
+        dist.barrier()  # no process tears its connections down while a peer still works
     finally:
         dist.destroy_process_group()
 

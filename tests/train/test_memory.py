@@ -233,6 +233,7 @@ def _process(rank: int, port: int, out: str) -> None:
         result["bf16"] = bf16.step(batch)
         if rank == 0:
             torch.save(result, out)
+        dist.barrier()  # no process tears its connections down while a peer still works
     finally:
         dist.destroy_process_group()
 

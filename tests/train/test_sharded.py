@@ -49,6 +49,7 @@ def _process(rank: int, world: int, units: int, port: int, out: str, ckpt: str, 
         full = trainer.full_state_dict()
         if rank == 0:
             torch.save({"params": full, "metrics": metrics, "shapes": shapes}, out)
+        dist.barrier()  # no process tears its connections down while a peer still works
     finally:
         dist.destroy_process_group()
 
