@@ -3,8 +3,8 @@
 Prints measured figures as markdown tables (nothing is asserted):
 
 1. ``--compare``: one table per regime (latency-, throughput- and memory-bound, moving
-   demand; :func:`regimes`), every policy capped at one step's rollouts running at once:
-   the makespans of colocate, async at its best fixed split
+   demand; :func:`regimes`), with no cap on running rollouts or (``--cap step``) every
+   policy capped at one step's batch, AReaL's default: the makespans of colocate, async at its best fixed split
    (``gyre_core.sim.compare.best_split``: the best goodput among the splits that time out
    at most 1% more rollouts than the fewest) and elastic; the goodput ratios (elastic's
    tokens trained per second over the other's), also against the split best on the first
@@ -16,8 +16,9 @@ Prints measured figures as markdown tables (nothing is asserted):
    (125 units of 8) on 20,000 ``xlong`` rollouts (~2M LLM calls), each size in a fresh
    subprocess (``resource.getrusage(...).ru_maxrss``).
 3. ``--sensitivity``: elastic vs async (best split) and vs colocate on ``xlong`` at 64
-   GPUs as ``switch_s`` (0, 10, 30, 60, 120 s), the staleness bound (0, 1, 2, 4) and the
-   admission bound (3, 4, masking at 2) vary.
+   GPUs as ``switch_s`` (0, 10, 30, 60, 120 s), the staleness bound (0, 1, 2, 4), the
+   admission bound (3, 4, masking at 2) and the cap on running rollouts (1 and 2 steps'
+   batches) vary.
 
 With no section flag, all three run.
 
@@ -100,16 +101,20 @@ def regimes(quick: bool) -> dict[str, list[Row]]:
     }  # fmt: skip
 
 
-def capped(costs: CostModel) -> CostModel:
-    """AReaL's cap on concurrent rollouts at its default, one step's batch, for every
-    policy alike."""
-    return replace(costs, max_concurrent=costs.rollouts_per_step)
+CAPS = ("none", "step")
 
 
-def compare_section(rows: dict[str, list[Row]], modes: list[str]) -> None:
+def capped(costs: CostModel, cap: str) -> CostModel:
+    """``step``: AReaL's cap on concurrent rollouts at its default, one step's batch, for
+    every policy alike; ``none``: no cap."""
+    return replace(costs, max_concurrent=costs.rollouts_per_step if cap == "step" else 0)
+
+
+def compare_section(rows: dict[str, list[Row]], modes: list[str], cap: str = "none") -> None:
     mode = modes[0]
+    limit = "at most one step's rollouts running at once" if cap == "step" else "no cap"
     print(f"\n## Policy comparison (elastic switch mode: {mode}; {STEPS} steps, seed {SEED}; "
-          "at most one step's rollouts running at once)\n")  # fmt: skip
+          f"{limit})\n")  # fmt: skip
     detail: list[str] = []
     restart: list[str] = []
     for regime, runs in rows.items():
@@ -123,7 +128,7 @@ def compare_section(rows: dict[str, list[Row]], modes: list[str]) -> None:
             "|---|---:|---:|---:|---|---:|---:|---:|---|---:|---:|---|---|---:|---:|---:|---|---|---|"
         )
         for kind, base in runs:
-            costs = capped(base)
+            costs = capped(base, cap)
             gpus, rps = costs.gpus, costs.rollouts_per_step
             trace = generate(kind, STEPS * rps, SEED)
             t0 = time.perf_counter()
@@ -257,6 +262,7 @@ def sensitivity_section(gpus: int, rps: int) -> None:
     grid: list[tuple[str, Any]] = [("switch_s", v) for v in (0.0, 10.0, 30.0, 60.0, 120.0)]
     grid += [("staleness", v) for v in (0, 1, 2, 4)]
     grid += [("admission_staleness", v) for v in (3, 4)]  # masking stays at staleness 2
+    grid += [("max_concurrent", v) for v in (rps, 2 * rps)]  # AReaL's cap, 1 and 2 batches
     for name, value in grid:
         costs = replace(base, **{name: value})
         colo = run(trace, costs, "colocate")
@@ -286,6 +292,12 @@ def main(argv: list[str] | None = None) -> None:
         help="elastic's switch mode in the comparison (default: both)",
     )
     p.add_argument(
+        "--cap",
+        choices=CAPS,
+        default="none",
+        help="--compare: no cap on running rollouts, or one step's (AReaL's default)",
+    )
+    p.add_argument(
         "--speed-rollouts",
         type=int,
         nargs="*",
@@ -304,7 +316,7 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     if a.compare:
         modes = ["migrate", "restart"] if a.switch_mode == "both" else [a.switch_mode]
-        compare_section(regimes(a.quick), modes)
+        compare_section(regimes(a.quick), modes, a.cap)
     if a.speed:
         n = a.speed_rollouts or ([2_000, 5_000] if a.quick else [2_000, 5_000, 20_000])
         speed_section(n, gpus=1_000, rps=1_000, budget_s=a.speed_budget)

@@ -92,6 +92,32 @@ def admission_path(
     return published[-1]
 
 
+def window_path(
+    rollout_s: Sequence[float], c: CostModel, took: Sequence[float], train_s: float = 0.0
+) -> float:
+    """The admission chain with the engines' throughput. Rollout ``i`` may start only once
+    version ``i // B - ahead`` is out, so of the ``k * B`` rollouts step ``k`` needs, at
+    least ``(k - v - ahead) * B`` may start only after version ``v`` is published at
+    ``P_v``; all units at their best throughput still need the smallest of those rollouts'
+    unit-seconds (``rollout_s``: decode at ``best_decode_tok_s``, prefill at
+    ``prefill_tok_s``), and the steps ``v + 1 .. k - 1`` train in between (``train_s``
+    unit-seconds each at least), all spread over the units. So ``P_k >= P_v + that /
+    units + took[k-1]`` for every ``v < k``; returns ``P_steps``."""
+    b, ahead, steps = c.rollouts_per_step, c.admission_ahead, len(took)
+    published = [0.0]
+    for k in range(1, steps + 1):
+        best = 0.0
+        for v in range(k):
+            need = (k - v - ahead) * b
+            if need <= 0:
+                continue
+            pool = sorted(rollout_s[(v + ahead) * b : (k + ahead) * b])
+            work = sum(pool[:need]) + (k - 1 - v) * train_s
+            best = max(best, published[v] + work / c.units)
+        published.append(max(published[-1], best) + took[k - 1])
+    return published[-1]
+
+
 def lower_bound(
     trace: list[TraceRollout],
     c: CostModel,
@@ -139,6 +165,9 @@ def trace_bound(trace: list[TraceRollout], c: CostModel) -> dict[str, float]:
       shortest step.
     * **admission** -- :func:`admission_path` with each step's time that of the ``B``
       smallest rollouts trained on every unit.
+    * **windows** -- :func:`window_path`: the admission chain again, with the engines'
+      throughput: the rollouts that may start only after a version is published must
+      still be decoded and prefilled on the units.
 
     Makespan bounds a run that does all the trace's work; a run that times out rollouts
     does less, so efficiency compares goodputs: a run's against ``tokens / bound``."""
@@ -156,9 +185,21 @@ def trace_bound(trace: list[TraceRollout], c: CostModel) -> dict[str, float]:
         + steps * c.min_train_units * c.step_overhead_s
     )
     smallest = [sum(sizes[:b])] * steps
+    rollout_s = [
+        f * sum(t.completion_tokens / c.best_decode_tok_s + t.prompt_tokens / c.prefill_tok_s
+                for t in r.turns)
+        for r, f in shared
+    ]  # fmt: skip
+    took = _step_times(c, steps, smallest)
     terms = {
         "work_s": unit_s / c.units,
         "path_s": critical_path(trained, c, smallest),
         "admission_s": admission_path(trained, c, smallest),
+        "windows_s": window_path(
+            rollout_s,
+            c,
+            took,
+            sum(sizes[:b]) / c.train_tok_s + c.min_train_units * c.step_overhead_s,
+        ),
     }
     return {"bound_s": max(terms.values()), **terms, "tokens": float(tokens)}

@@ -65,6 +65,10 @@ def test_the_policy_independent_bound_by_hand() -> None:
     assert got["path_s"] == pytest.approx(21.0 + 6.2)
     # all three start at once (staleness 2); finishes 6, 11, 21 s, steps of 6.2 s
     assert got["admission_s"] == pytest.approx(27.2)
+    # windows: the third rollout may start only after version 1; its 6 unit-seconds (50
+    # decoded at 10 tok/s, 2 prefilled at 2) and steps 1 and 2 (11.4 unit-seconds each:
+    # 52 tokens at 5 tok/s, 1 s of overhead) on 2 units, then its step: 14.4 + 6.2
+    assert got["windows_s"] == pytest.approx(20.6)
     # a rollout whose timeout cuts its path in half counts for half its tokens
     half = trace_bound([rollout(1, 200, timeout_s=10.5)], costs)
     assert half["tokens"] == 101
