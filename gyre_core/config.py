@@ -3,7 +3,8 @@
 A config is nested sections of plain fields. Each section is defined beside the part that
 owns it (``ClusterConfig`` in :mod:`gyre_core.cluster`, ``SchedulerConfig`` in
 :mod:`gyre_core.scheduler.config`, ``RolloutConfig``, ``EngineConfig``, ``ModelConfig``, ``TrainConfig`` and
-``SimConfig`` in the ``config`` module of rollout, models, train and sim), made of
+``SimConfig`` in the ``config`` module of rollout, models, train and sim, ``TrackingConfig``
+in :mod:`gyre_core.tracking.config`), made of
 :func:`~gyre_core.config_fields.config_field` fields, and composed here into ``RunConfig``,
 which also re-exports them. ``RunConfig.from_dict`` checks every field and
 reports *all* problems at once as ``ConfigError.errors`` — ``(path, message)`` pairs such
@@ -37,6 +38,7 @@ from gyre_core.scheduler.config import SchedulerConfig
 from gyre_core.scheduler.policies import fixed_split_policies
 from gyre_core.sim.config import SimConfig
 from gyre_core.sim.costs import CostModel
+from gyre_core.tracking.config import TrackingConfig
 from gyre_core.train.config import TrainConfig
 
 
@@ -60,6 +62,7 @@ __all__ = [
     "RunConfig",
     "SchedulerConfig",
     "SimConfig",
+    "TrackingConfig",
     "TrainConfig",
     "config_schema",
     "default_config",
@@ -91,6 +94,7 @@ class RunConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     sim: SimConfig = field(default_factory=SimConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     @property
     def policy(self) -> str:

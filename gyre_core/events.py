@@ -248,6 +248,21 @@ class NullSink:
         pass
 
 
+class TeeSink:
+    """Every event to each of ``sinks``, in order; ``flush`` flushes each."""
+
+    def __init__(self, sinks: list[EventSink]) -> None:
+        self.sinks = sinks
+
+    def emit(self, event: Event) -> None:
+        for sink in self.sinks:
+            sink.emit(event)
+
+    def flush(self) -> None:
+        for sink in self.sinks:
+            flush_sink(sink)
+
+
 class JsonlSink:
     """One event per line, as ``Event.to_json``."""
 

@@ -72,7 +72,7 @@ class Progress:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from gyre_core.events import JsonlSink, ListSink
+    from gyre_core.events import JsonlSink, ListSink, TeeSink
     from gyre_core.runtime import run_job
     from gyre_core.runtime.progress import ProgressSink
 
@@ -86,7 +86,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         summary = run_job(
-            cfg, sink=_Tee(sinks), workdir=workdir, resume=args.resume, progress=progress
+            cfg, sink=TeeSink(sinks), workdir=workdir, resume=args.resume, progress=progress
         )
     finally:
         if fh:
@@ -99,12 +99,3 @@ def cmd_run(args: argparse.Namespace) -> int:
         for key, value in summary.items():
             print(f"{key:<{width}}  {value}")
     return 0 if summary.get("status") != "failed" else 1
-
-
-class _Tee:
-    def __init__(self, sinks: list[Any]) -> None:
-        self.sinks = sinks
-
-    def emit(self, event: Any) -> None:
-        for s in self.sinks:
-            s.emit(event)

@@ -49,9 +49,21 @@ def run_job(
     """Run ``cfg`` to the end (or until ``should_stop()``); return the summary.
 
     ``summary["status"]`` is ``succeeded`` or ``cancelled``; errors propagate after a
-    ``run_status failed`` event. Checkpoints (real backend) live in ``workdir``.
+    ``run_status failed`` event. Checkpoints (real backend) live in ``workdir``; so do the
+    files of the trackers ``cfg.tracking`` asks for (:mod:`gyre_core.tracking`), which get
+    every event and are closed when the run ends, however it ends.
     """
     workdir.mkdir(parents=True, exist_ok=True)
+    from gyre_core.tracking import exporters
+
+    try:
+        trackers = exporters(cfg, workdir)
+    except Exception as exc:
+        sink.emit(ev.RunStatus(t=0.0, status="failed", step=0, message=error_line(exc)))
+        raise
+    if trackers:
+        sink = ev.TeeSink([sink, *trackers])
+    status = "failed"
     try:
         if cfg.backend == "sim":
             from gyre_core.runtime.sim_job import run_sim
@@ -69,10 +81,15 @@ def run_job(
                 resume=resume,
                 progress=progress,
             )
+        status = str(summary.get("status", "succeeded"))
     except Cancelled:
+        status = "cancelled"
         sink.emit(ev.RunStatus(t=0.0, status="cancelled", step=0, message="cancelled by user"))
         return {"policy": cfg.policy, "backend": cfg.backend, "status": "cancelled"}
     except Exception as exc:
         sink.emit(ev.RunStatus(t=0.0, status="failed", step=0, message=error_line(exc)))
         raise
+    finally:
+        for tracker in trackers:
+            tracker.finish(status)  # a no-op for one the run's last event already ended
     return summary
