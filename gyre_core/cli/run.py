@@ -3,12 +3,15 @@
 gyre config show [--format yaml|json]     # the documented default (the CPU demo)
 gyre config validate FILE                 # every bad field, by name
 gyre run CONFIG [--json] [--workdir DIR] [--resume]
+         [--report-to URL --experiment ID [--token KEY]]   # live on the platform too
+gyre report WORKDIR [--token KEY]          # send a reported run's events still unsent
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -17,6 +20,7 @@ from typing import Any
 from gyre_core.config import ConfigError, config_schema, default_config, dump_config, load_config
 
 Sub = Any  # argparse's private _SubParsersAction
+TOKEN_ENV = "GYRE_TOKEN"
 
 
 def register(groups: Sub) -> None:
@@ -35,7 +39,18 @@ def register(groups: Sub) -> None:
     r.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
     r.add_argument("--events", help="also write every event to this JSONL file")
     r.add_argument("--json", action="store_true", help="last stdout line: the summary")
+    r.add_argument(
+        "--report-to", metavar="URL", help="also report the run live to this Gyre platform"
+    )
+    r.add_argument("--experiment", type=int, help="--report-to: the experiment's id")
+    r.add_argument("--token", help=f"--report-to: an API token (default ${TOKEN_ENV})")
     r.set_defaults(func=cmd_run)
+
+    p = groups.add_parser("report", help="send a reported run's events still unsent")
+    p.add_argument("workdir", help="the run's folder (it holds report.json)")
+    p.add_argument("--token", help=f"an API token (default ${TOKEN_ENV})")
+    p.add_argument("--wait", type=float, default=60.0, help="seconds to keep trying")
+    p.set_defaults(func=cmd_report)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -83,14 +98,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     fh = open(args.events, "a", encoding="utf-8") if args.events else None  # noqa: SIM115
     if fh:
         sinks.append(JsonlSink(fh))
+    reporter = _reporter(args, cfg, workdir, progress)
+    if reporter is not None:
+        sinks.append(reporter)
     t0 = time.perf_counter()
     try:
         summary = run_job(
-            cfg, sink=TeeSink(sinks), workdir=workdir, resume=args.resume, progress=progress
+            cfg,
+            sink=TeeSink(sinks),
+            workdir=workdir,
+            resume=args.resume,
+            progress=progress,
+            should_stop=reporter.should_stop if reporter is not None else lambda: False,
         )
     finally:
         if fh:
             fh.close()
+        if reporter is not None:
+            _left(reporter.close(), workdir)
     summary.setdefault("wall_s", round(time.perf_counter() - t0, 2))
     if args.json:
         print(json.dumps(summary, separators=(",", ":")))
@@ -99,3 +124,51 @@ def cmd_run(args: argparse.Namespace) -> int:
         for key, value in summary.items():
             print(f"{key:<{width}}  {value}")
     return 0 if summary.get("status") != "failed" else 1
+
+
+def _token(args: argparse.Namespace) -> str:
+    token = args.token or os.environ.get(TOKEN_ENV, "")
+    if not token:
+        raise ValueError(f"--token or ${TOKEN_ENV}: an API token of the platform is needed")
+    return str(token)
+
+
+def _reporter(args: argparse.Namespace, cfg: Any, workdir: Path, progress: Progress) -> Any:
+    """The run's Reporter when ``--report-to`` is given (the platform run created, or the
+    one this folder reported to before)."""
+    from gyre_core.runtime.report import Platform, Reporter, attach
+
+    if not args.report_to:
+        return None
+    if args.experiment is None:
+        raise ValueError("--report-to needs --experiment ID (the experiment the run goes in)")
+    platform = Platform(args.report_to, _token(args))
+    run_id = attach(
+        platform, workdir, experiment=args.experiment, config=cfg.to_dict(), name=cfg.name
+    )
+    progress(f"reporting to {platform.url}/runs/{run_id}")
+    return Reporter(platform, run_id, workdir, say=progress)
+
+
+def _left(unsent: int, workdir: Path) -> None:
+    if unsent:
+        print(
+            f"{unsent} events not reported yet (the platform is unreachable); they are kept "
+            f"in {workdir}: send them with `gyre report {workdir}`",
+            file=sys.stderr,
+        )
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from gyre_core.runtime.report import STATE, Platform, Reporter
+
+    workdir = Path(args.workdir)
+    state_file = workdir / STATE
+    if not state_file.exists():
+        raise ValueError(f"{workdir}: no {STATE}: this folder never reported to a platform")
+    state = json.loads(state_file.read_text())
+    reporter = Reporter(Platform(state["url"], _token(args)), int(state["run"]), workdir)
+    unsent = reporter.close(wait_s=args.wait)
+    _left(unsent, workdir)
+    print(f"run {state['run']}: {reporter.acked} events reported, {unsent} left")
+    return 0 if not unsent else 1

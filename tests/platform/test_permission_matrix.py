@@ -29,7 +29,7 @@ from django.db import connections
 from drf_spectacular.generators import SchemaGenerator
 from gyre_web.asgi import application
 from gyre_web.cluster.services import register_gpu
-from gyre_web.runs import services
+from gyre_web.runs import reporting, services
 from gyre_web.runs.models import Run, Status
 from gyre_web.teams import services as teams
 from gyre_web.trajectories.services import create_tree, record_rollout_events
@@ -83,6 +83,15 @@ def _fresh_run(w: dict[str, Any], who: str, status: str = Status.QUEUED) -> dict
     run = services.create_run(experiment=w["exp"], config=w["config"], launch=False)
     Run.objects.filter(pk=run.pk).update(status=status)
     return {"id": run.pk}
+
+
+def _reported_run(w: dict[str, Any], who: str) -> dict[str, Any]:
+    return {"id": reporting.create_reported_run(experiment=w["exp"], config=w["config"]).pk}
+
+
+def _batch(w: dict[str, Any], who: str) -> dict[str, Any]:
+    step = {"kind": "step_finished", "t": 1.0, "data": {"step": 1, "version": 1, "metrics": {}}}
+    return {"first": 1, "events": [step]}
 
 
 def _finished_run(w: dict[str, Any], who: str) -> dict[str, Any]:
@@ -186,6 +195,8 @@ OPS: dict[tuple[str, str], Op] = {
     ("POST", "/api/runs/{id}/resume/"): Op("write", fresh=_cancelled_run),
     ("POST", "/api/runs/{id}/fork/"): Op("write", body=_fork),
     ("POST", "/api/runs/{id}/import/"): Op("write", fresh=_fresh_run, body=_upload, multipart=True),
+    ("POST", "/api/runs/report/"): Op("write", body=_run, ref="experiment"),
+    ("POST", "/api/runs/{id}/report-events/"): Op("write", fresh=_reported_run, body=_batch),
     ("GET", "/api/runs/{id}/events/"): Op("read", shared=True),
     ("GET", "/api/runs/{id}/metrics/"): Op("read", shared=True),
     ("GET", "/api/runs/{id}/roles/"): Op("read", shared=True),

@@ -24,6 +24,7 @@ from django.db import close_old_connections, transaction
 from gyre_web.cluster.models import Gpu
 from gyre_web.runs import services as runs
 from gyre_web.runs.models import Run as RunRow
+from gyre_web.runs.reporting import create_reported_run
 from gyre_web.teams import services as teams
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -47,6 +48,7 @@ CHECKS = [
     response_schema_conformance,
 ]
 EXAMPLES = 40  # per operation and mode; the whole run stays around a minute
+STEP = {"kind": "step_finished", "t": 1.0, "data": {"step": 1, "version": 1, "metrics": {}}}
 
 
 @pytest.fixture
@@ -67,6 +69,8 @@ def _known(path: str, seeded: dict[str, Any]) -> dict[str, Any]:
     known: dict[str, Any] = {}
     if path in ("/api/runs/{id}/resume/", "/api/runs/{id}/"):
         known["id"] = seeded["paused"]
+    elif path == "/api/runs/{id}/report-events/":
+        known["id"] = seeded["reported"]
     elif "{id}" in path:
         known["id"] = seeded["ids"][path.split("/")[2]]
     if "{node_id}" in path:
@@ -87,6 +91,8 @@ def _valid(seeded: dict[str, Any], config: dict[str, Any]) -> dict[str, dict[str
         "POST /api/gpus/": {"body": gpu},
         "PUT /api/gpus/{id}/": {"body": gpu},
         "POST /api/runs/": {"body": {"experiment": ids["experiments"], "config": config}},
+        "POST /api/runs/report/": {"body": {"experiment": ids["experiments"], "config": config}},
+        "POST /api/runs/{id}/report-events/": {"body": {"first": 1, "events": [STEP]}},
         "POST /api/runs/{id}/import/": {
             "body": {"file": _jsonl()},
             "media_type": "multipart/form-data",
@@ -167,9 +173,12 @@ def test_every_operation_answers_as_documented(world, people, app, sim_config): 
     token, key = teams.create_api_token(user=owner, name="fuzz")
     paused = runs.create_run(experiment=world["run"].experiment, config=sim_config, launch=False)
     RunRow.objects.filter(pk=paused.pk).update(status="paused")
+    reported = create_reported_run(experiment=world["run"].experiment, config=sim_config)
     gpu_node = Gpu.objects.get(pk=world["ids"]["gpus"]).node_id
     ids = {**world["ids"], "tokens": token.pk}
-    seeded = {**world, "ids": ids, "paused": paused.pk, "gpu_node": gpu_node}
+    seeded = {
+        **world, "ids": ids, "paused": paused.pk, "reported": reported.pk, "gpu_node": gpu_node
+    }  # fmt: skip
     valid = _valid(seeded, sim_config)
     auth = {"Authorization": f"Token {key}"}
     schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", app, headers=auth)

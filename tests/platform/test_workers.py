@@ -18,6 +18,8 @@ from gyre_web.runs import services
 from gyre_web.runs.models import MetricPoint, Run, RunEvent, Status
 from gyre_web.trajectories.models import Rollout
 
+from tests.platform import daphne
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 TERMINAL = {Status.SUCCEEDED, Status.FAILED, Status.CANCELLED, Status.PAUSED}
@@ -37,12 +39,7 @@ def worker(django_db_setup, django_db_blocker):
         cwd=ROOT, env=env,
     )  # fmt: skip
     yield proc
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=30)
+    daphne.stop(proc)  # any process: terminate, then kill
 
 
 def _wait(run_id: int, until: set[str], timeout: float = 60.0) -> Run:
@@ -168,35 +165,10 @@ def test_the_reaper_resumes_or_fails_runs_whose_worker_went_quiet(exp, sim_confi
 @pytest.fixture(scope="module")
 def daphne_port(django_db_setup, django_db_blocker):
     """The ASGI app served by a real daphne process on the test database."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    db = connection.settings_dict
-    env = dict(os.environ)
-    env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
-    env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{ROOT / 'platform'}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-         "gyre_web.asgi:application"],
-        cwd=ROOT, env=env, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline and proc.poll() is None, "daphne did not start"
-            time.sleep(0.2)
+    port = daphne.free_port()
+    proc = daphne.start(port)
     yield port
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=30)
+    daphne.stop(proc)
 
 
 def _events_until_done(client, run_id: int) -> list[dict]:

@@ -40,6 +40,11 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 ACTIVE = frozenset({Status.QUEUED, Status.STARTING, Status.RUNNING})
 
 
+class Source(models.TextChoices):
+    LAUNCHED = "launched"
+    REPORTED = "reported"
+
+
 class Backend(models.TextChoices):
     REAL = "real"
     SIM = "sim"
@@ -86,6 +91,11 @@ class Run(models.Model):
     stop_requested = models.CharField(max_length=8, blank=True)
     resume_requested = models.BooleanField(default=False)
     next_seq = models.BigIntegerField(default=1)  # the event log's next sequence number
+    # "launched": a worker runs it; "reported": a run elsewhere (`gyre run --report-to`)
+    # sends its events (runs/reporting.py), numbered by the reporter; reported_seq is the
+    # last of those stored.
+    source = models.CharField(max_length=8, choices=Source.choices, default=Source.LAUNCHED)
+    reported_seq = models.BigIntegerField(default=0)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )

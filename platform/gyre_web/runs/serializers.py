@@ -95,6 +95,8 @@ class RunSerializer(serializers.ModelSerializer):
             "started_at",
             "finished_at",
             "heartbeat_at",
+            "source",
+            "reported_seq",
             "can_edit",
         ]
         read_only_fields = [f for f in fields if f not in ("experiment", "name", "config")]
@@ -210,3 +212,27 @@ class ImportRejectedSerializer(serializers.Serializer):
     detail = serializers.CharField()
     line = serializers.IntegerField(help_text="the JSONL line (from 1); 0: the whole file")
     field = serializers.CharField(help_text="the refused field; empty: the whole line")
+
+
+class ReportBatchSerializer(serializers.Serializer):
+    first = serializers.IntegerField(
+        min_value=1, max_value=2**62, help_text="the reporter's sequence number of events[0]"
+    )
+    events = serializers.ListField(
+        child=serializers.DictField(),
+        min_length=1,
+        max_length=5000,
+        help_text="events as gyre_core writes them: {kind, t, wall, data}",
+    )
+
+
+class ReportAnswerSerializer(serializers.Serializer):
+    stored = serializers.IntegerField(help_text="events of the batch stored now (0: resent)")
+    next = serializers.IntegerField(help_text="the sequence number the run takes next")
+    stop = serializers.CharField(help_text='a stop asked from the web: "", "cancel", "pause"')
+
+
+class ReportRejectedSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    field = serializers.CharField(help_text="the refused field")
+    expected = serializers.IntegerField(help_text="the sequence number the run takes next")

@@ -29,6 +29,7 @@ from gyre_web.runs.models import (
     MetricRollup,
     Run,
     RunEvent,
+    Source,
     Status,
 )
 from gyre_web.wake import wake
@@ -51,8 +52,10 @@ class ConfigInvalid(ValueError):
         self.errors = errors
 
 
-def validate_config(config: Any) -> Any:
-    """-> gyre_core RunConfig, or ConfigInvalid listing every bad field."""
+def validate_config(config: Any, *, runs_here: bool = True) -> Any:
+    """-> gyre_core RunConfig, or ConfigInvalid listing every bad field. ``runs_here``:
+    the platform's workers would run it (a reported run runs elsewhere, so its external
+    agents are its reporter's business)."""
     from gyre_core.config import ConfigError, RunConfig
 
     if not isinstance(config, dict):
@@ -61,7 +64,7 @@ def validate_config(config: Any) -> Any:
         cfg = RunConfig.from_dict(config)
     except ConfigError as err:
         raise ConfigInvalid(list(err.errors) or [("config", str(err))]) from None
-    if not settings.GYRE_EXTERNAL_AGENTS:
+    if runs_here and not settings.GYRE_EXTERNAL_AGENTS:
         problem = "external agents run code on the workers; this platform does not allow them (GYRE_EXTERNAL_AGENTS)"
         named = [
             (f"rollout.{f}", problem) for f in ("agent", "agent_command") if getattr(cfg.rollout, f)
@@ -167,9 +170,11 @@ def create_run(
     name: str = "",
     parent: Run | None = None,
     launch: bool = True,
+    source: str = Source.LAUNCHED,
 ) -> Run:
-    cfg = validate_config(config)
+    cfg = validate_config(config, runs_here=source == Source.LAUNCHED)
     run = Run.objects.create(
+        source=source,
         experiment=experiment,
         name=name,
         config=cfg.to_dict(),
@@ -229,6 +234,10 @@ def request_stop(*, run: Run, mode: str = "cancel") -> Run:
 @transaction.atomic
 def resume_run(*, run: Run) -> Run:
     """The same run continues from its last checkpoint (queued again, launched on commit)."""
+    if run.source == Source.REPORTED:
+        raise IllegalTransition(
+            f"run {run.pk} reports from elsewhere: resume it there (gyre run --resume)"
+        )
     run = transition(run.pk, Status.QUEUED, resume_requested=True)
     _send_launch(run)
     return run
@@ -323,7 +332,13 @@ def reap_stale_runs(*, limit: int = 50) -> list[int]:
     locked with skip_locked, so concurrent reapers (every worker runs one) take each
     stale run once. -> the ids reaped."""
     limit_at = timezone.now() - timedelta(seconds=settings.GYRE_HEARTBEAT_TIMEOUT_SECONDS)
-    stale = Q(status__in=WORKING) & (Q(heartbeat_at__lt=limit_at) | Q(heartbeat_at__isnull=True))
+    # a reported run is never reaped: its reporter may be buffering on its own disk while
+    # the platform is unreachable, and catches up when it comes back
+    stale = (
+        Q(status__in=WORKING)
+        & ~Q(source=Source.REPORTED)
+        & (Q(heartbeat_at__lt=limit_at) | Q(heartbeat_at__isnull=True))
+    )
     reaped = []
     for run_id in list(
         Run.objects.filter(stale).order_by("pk").values_list("pk", flat=True)[:limit]
@@ -374,10 +389,11 @@ def emit_status(*, run_id: int, status: str, step: int, message: str, t: float) 
     event = RunStatus(t=t, status=status, step=step, message=message)
     rows = append_events(run_id=run_id, events=[event.to_json()])
     last = rows[-1].seq
-    transaction.on_commit(lambda: _wake(run_id, last))
+    transaction.on_commit(lambda: wake_subscribers(run_id, last))
 
 
-def _wake(run_id: int, last_seq: int) -> None:
+def wake_subscribers(run_id: int, last_seq: int) -> None:
+    """Tell the run's websocket group that events up to ``last_seq`` are stored."""
     wake_run(run_id=run_id, message={"type": "run.events", "run": run_id, "last_seq": last_seq})
 
 

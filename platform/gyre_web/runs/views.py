@@ -25,7 +25,7 @@ from rest_framework.response import Response
 from gyre_web.access import require_role, share_link_of
 from gyre_web.cluster import selectors as cluster_selectors
 from gyre_web.openapi import ERROR
-from gyre_web.runs import selectors, services
+from gyre_web.runs import reporting, selectors, services
 from gyre_web.runs.models import Experiment, Run
 from gyre_web.runs.serializers import (
     EventPageSerializer,
@@ -36,6 +36,9 @@ from gyre_web.runs.serializers import (
     ImportRejectedSerializer,
     ImportUploadSerializer,
     MetricSeriesSerializer,
+    ReportAnswerSerializer,
+    ReportBatchSerializer,
+    ReportRejectedSerializer,
     RoleTimelineSerializer,
     RunListSerializer,
     RunSerializer,
@@ -77,6 +80,11 @@ def _query(name: str, kind: Any, help_text: str, required: bool = False) -> Open
 _POINTS = _query("points", int, "at most this many buckets per series (1-10000, default 500)")
 _NAMES = _query("names", str, "comma-separated metric names (default: every metric)")
 _STATE_CHANGE = extend_schema(request=None, responses={200: RunSerializer, 409: ERROR})
+_REPORT_REJECTED = PolymorphicProxySerializer(
+    component_name="ReportError",
+    serializers=[ReportRejectedSerializer, ERROR],
+    resource_type_field_name=None,
+)
 _IMPORT_REJECTED = PolymorphicProxySerializer(
     component_name="ImportError",
     serializers=[ImportRejectedSerializer, ERROR],
@@ -149,12 +157,15 @@ class RunViewSet(
         return RunListSerializer if self.action == "list" else RunSerializer
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return self._new_run(request, services.create_run)
+
+    def _new_run(self, request: Request, make: Any) -> Response:
         ser = RunSerializer(data=request.data, context={"request": request})
         ser.is_valid(raise_exception=True)
         experiment = ser.validated_data["experiment"]
         require_role(request, experiment.team_id)
         try:
-            run = services.create_run(
+            run = make(
                 experiment=experiment,
                 config=ser.validated_data["config"],
                 name=ser.validated_data.get("name", ""),
@@ -165,6 +176,38 @@ class RunViewSet(
         return Response(
             RunSerializer(run, context={"request": request}).data, status=status.HTTP_201_CREATED
         )
+
+    @extend_schema(request=RunSerializer, responses={201: RunSerializer, 400: ERROR})
+    @action(detail=False, methods=["post"], url_path="report", serializer_class=RunSerializer)
+    def report(self, request: Request) -> Response:
+        """A run that reports from elsewhere (``gyre run CONFIG --report-to URL``): created
+        running, never launched; its reporter sends its events to ``report-events``."""
+        return self._new_run(request, reporting.create_reported_run)
+
+    @extend_schema(
+        request=ReportBatchSerializer,
+        responses={200: ReportAnswerSerializer, 400: _REPORT_REJECTED,
+                   409: ReportRejectedSerializer},
+    )  # fmt: skip
+    @action(detail=True, methods=["post"], url_path="report-events", serializer_class=None)
+    def report_events(self, request: Request, pk: str | None = None) -> Response:
+        """A reported run's next batch of events, numbered by its reporter: a batch sent
+        again stores nothing twice; one that skips ahead is refused (409) with the number
+        expected. The answer carries any stop asked from the web."""
+        run = self.get_object()
+        require_role(request, run.experiment.team_id)
+        ser = ReportBatchSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        try:
+            answer = reporting.ingest(
+                run_id=run.pk,
+                first=ser.validated_data["first"],
+                events=ser.validated_data["events"],
+            )
+        except reporting.BatchRejected as err:
+            body = {"detail": err.problem, "field": err.field, "expected": err.expected}
+            return Response(body, status=err.status)
+        return Response(answer)
 
     @extend_schema(responses={204: None, 400: ERROR})
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
