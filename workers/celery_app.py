@@ -28,6 +28,7 @@ app.conf.include = ["workers.tasks"]
 app.conf.beat_schedule = {
     "reap-stale-runs": {"task": "workers.tasks.reap_stale_runs", "schedule": 60.0},
     "dispatch-launches": {"task": "workers.tasks.dispatch_launches", "schedule": 30.0},
+    "deliver-alerts": {"task": "workers.tasks.deliver_alerts", "schedule": 15.0},
     # with RAY_ADDRESS set: Ray's nodes and GPUs into the inventory (a lost node shows gone)
     "sync-ray-inventory": {
         "task": "workers.tasks.sync_ray_inventory",

@@ -134,6 +134,14 @@ def dispatch_launches() -> int:
     return services.dispatch_launches()
 
 
+@app.task(time_limit=120)
+def deliver_alerts() -> int:
+    """Post the webhook deliveries that are due (``gyre_web.alerts.services.deliver_due``)."""
+    from gyre_web.alerts.services import deliver_due
+
+    return deliver_due()
+
+
 def _sync_inventory_from_run() -> None:
     """A real run on a shared cluster (RAY_ADDRESS) connects this worker to Ray: refresh the
     inventory from here too, since a solo worker busy with a run takes no beat task."""

@@ -1,6 +1,7 @@
 """The watchdog thread every worker process starts: it writes the heartbeat of the launches
 this process executes (every GYRE_HEARTBEAT_SECONDS, whatever the run itself is doing) and
-runs the reaper and the launch dispatcher (every GYRE_REAPER_SECONDS).
+runs the reaper, the launch dispatcher and the webhook deliveries (every
+GYRE_REAPER_SECONDS).
 
 A solo worker busy with a run takes no periodic task from beat, and ``make demo`` runs no
 beat at all; a thread of the worker's own does not wait for either. Any number of
@@ -64,6 +65,7 @@ class Watchdog:
             self.held.pop(task_id, None)
 
     def _run(self) -> None:
+        from gyre_web.alerts.services import deliver_due
         from gyre_web.runs import services
 
         beat = float(settings.GYRE_HEARTBEAT_SECONDS)
@@ -79,6 +81,7 @@ class Watchdog:
                     last_reap = time.monotonic()
                     services.reap_stale_runs()
                     services.dispatch_launches()
+                    deliver_due()
             except Exception as err:  # the database may be restarting: try again next tick
                 log.warning("watchdog tick failed: %s: %s", type(err).__name__, err)
             finally:

@@ -109,11 +109,12 @@ class Elastic:
     min_rollout: int = 1
     min_train: int = 0
     return_below: float = 0.5
-    # Engines are sized for 40 % of their sequence cap, so decode stays fast (about 50
-    # tok/s a sequence at the default costs, against 40 at the cap). 0.4 beat 0.5 on the
-    # benchmark workloads with these rules (docs/sim-results.md); 0.75 and 1, tried with
-    # earlier versions of the rules, were worse than 0.5.
-    fill: float = 0.4
+    # Engines are sized for a quarter of their sequence cap: sessions spread over more
+    # engines decode faster, and fewer units are harvested for a step and sent back
+    # after it (each move re-prefills the sessions it displaces). Of 0.2 to 1, 0.25 and
+    # below kept elastic within 1 % of the best fixed split on every uncapped benchmark
+    # row (docs/sim-results.md); 0.4 and up trailed it by up to 2.5 % at 256 GPUs.
+    fill: float = 0.25
     train_share: float = 0.5
     start_split: bool = True
     name: str = "elastic"

@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from gyre_web import ops, spa
+from gyre_web.alerts.views import WebhookViewSet
 from gyre_web.cluster.views import GpuViewSet
 from gyre_web.runs import config_views
 from gyre_web.runs.views import ExperimentViewSet, RunViewSet
@@ -19,6 +20,7 @@ router.register("trees", TreeViewSet, basename="tree")
 router.register("gpus", GpuViewSet, basename="gpu")
 router.register("tokens", ApiTokenViewSet, basename="token")
 router.register("share-links", ShareLinkViewSet, basename="share-link")
+router.register("webhooks", WebhookViewSet, basename="webhook")
 
 urlpatterns = [
     path("admin/", admin.site.urls),

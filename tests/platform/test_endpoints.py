@@ -7,13 +7,14 @@ from __future__ import annotations
 import re
 
 import pytest
+from gyre_web.alerts.services import create_webhook
 from gyre_web.cluster.services import register_gpu
 from gyre_web.runs import services
 from gyre_web.teams import services as teams
 from gyre_web.trajectories.services import create_tree
 
 pytestmark = pytest.mark.django_db
-TEAM_SCOPED = ("teams", "experiments", "runs", "rollouts", "trees", "share-links")
+TEAM_SCOPED = ("teams", "experiments", "runs", "rollouts", "trees", "share-links", "webhooks")
 
 
 @pytest.fixture
@@ -40,10 +41,11 @@ def world(people, sim_config):
     gpu = register_gpu(node_name="n", index=0)
     token, _ = teams.create_api_token(user=people["member"], name="t")
     link, share_key = teams.create_share_link(created_by=people["owner"], run=run)
+    hook = create_webhook(team=people["team"], url="http://127.0.0.1:9/hook", events=["failed"])
     ids = {
         "teams": people["team"].pk, "experiments": exp.pk, "runs": run.pk,
         "rollouts": run.rollouts.get().pk, "trees": tree.pk, "gpus": gpu.pk,
-        "tokens": token.pk, "share-links": link.pk,
+        "tokens": token.pk, "share-links": link.pk, "webhooks": hook.pk,
     }  # fmt: skip
     return {"ids": ids, "node": tree.tree_nodes.get().pk, "run": run, "share": share_key}
 

@@ -27,6 +27,7 @@ from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connections
 from drf_spectacular.generators import SchemaGenerator
+from gyre_web.alerts.services import create_webhook
 from gyre_web.asgi import application
 from gyre_web.cluster.services import register_gpu
 from gyre_web.runs import reporting, services
@@ -92,6 +93,14 @@ def _reported_run(w: dict[str, Any], who: str) -> dict[str, Any]:
 def _batch(w: dict[str, Any], who: str) -> dict[str, Any]:
     step = {"kind": "step_finished", "t": 1.0, "data": {"step": 1, "version": 1, "metrics": {}}}
     return {"first": 1, "events": [step]}
+
+
+def _fresh_webhook(w: dict[str, Any], who: str) -> dict[str, Any]:
+    return {"id": create_webhook(team=w["team"], url="http://127.0.0.1:9/", events=["failed"]).pk}
+
+
+def _webhook(w: dict[str, Any], who: str) -> dict[str, Any]:
+    return {"team": w["team"].pk, "url": f"http://127.0.0.1:9/{who}", "events": ["failed"]}
 
 
 def _finished_run(w: dict[str, Any], who: str) -> dict[str, Any]:
@@ -224,6 +233,11 @@ OPS: dict[tuple[str, str], Op] = {
     ("GET", "/api/trees/{id}/nodes/{node_id}/tokens/"): Op("read", shared=True),
     ("GET", "/api/trees/{id}/path/{node_id}/"): Op("read", shared=True),
     ("GET", "/api/trees/{id}/search/"): Op("read", shared=True, query="q=root"),
+    ("GET", "/api/webhooks/"): Op("signed_in"),
+    ("POST", "/api/webhooks/"): Op("manage", body=_webhook, ref="team"),
+    ("GET", "/api/webhooks/{id}/"): Op("read"),
+    ("DELETE", "/api/webhooks/{id}/"): Op("manage", fresh=_fresh_webhook),
+    ("GET", "/api/webhooks/{id}/deliveries/"): Op("read"),
 }
 
 
@@ -314,6 +328,9 @@ def world(people, sim_config) -> dict[str, Any]:
         "gpus": gpu.pk,
         "tokens": member_token.pk,
         "share-links": link.pk,
+        "webhooks": create_webhook(
+            team=people["team"], url="http://127.0.0.1:9/", events=["failed"]
+        ).pk,
     }
     node = tree.tree_nodes.order_by("id").last().pk
     return {

@@ -99,6 +99,9 @@ def _valid(seeded: dict[str, Any], config: dict[str, Any]) -> dict[str, dict[str
         },
         "GET /api/runs/metrics/": {"query": {"runs": str(ids["runs"])}},
         "POST /api/share-links/": {"body": {"run": ids["runs"]}},
+        "POST /api/webhooks/": {
+            "body": {"team": ids["teams"], "url": "http://127.0.0.1:9/", "events": ["failed"]}
+        },
         "POST /api/teams/{id}/members/": {"body": {"username": "viewer", "role": "member"}},
     }
 

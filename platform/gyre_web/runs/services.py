@@ -210,6 +210,10 @@ def transition(run_id: int, to: str, **fields: Any) -> Run:
     for key, value in fields.items():
         setattr(run, key, value)
     run.save()
+    if to in (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED):
+        from gyre_web.alerts.services import queue_for
+
+        queue_for(run)  # in this transaction: a run never ends without its alerts queued
     return run
 
 

@@ -29,6 +29,7 @@ INSTALLED_APPS = [
     "gyre_web.runs",
     "gyre_web.cluster",
     "gyre_web.trajectories",
+    "gyre_web.alerts",
 ]
 
 MIDDLEWARE = [
