@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import Server, login, shot
+from tests.receiver import Receiver
 
 # A real server, worker and browser: each test takes seconds to tens of seconds.
 pytestmark = pytest.mark.slow
@@ -429,3 +430,27 @@ def test_a_small_real_run_moves_the_timeline_and_rollouts_live(page, server):
     assert page.text_content("[data-testid=run-status]") == "succeeded"
     assert int(page.text_content("[data-testid=finished-count]") or 0) >= 4
     shot(page, "run-real")
+
+
+def test_team_page_registers_a_webhook_that_a_finished_run_calls(page, server):
+    receiver = Receiver([])
+    try:
+        login(page, server, "demo", "demo-pass")
+        page.goto(server.url + "/#/team")
+        page.fill("input[placeholder='webhook URL']", receiver.url)
+        page.click("button:has-text('add webhook')")
+        row = f"[data-testid=webhooks] tr:has-text('{receiver.url}')"
+        page.wait_for_selector(f"{row} >> text=failed, succeeded")
+        run_id = _launch_by_api(page, server)
+        deadline = time.monotonic() + 120  # the run ends, then a watchdog tick delivers
+        while not page.query_selector(f"{row} >> text=run {run_id} succeeded: delivered"):
+            assert time.monotonic() < deadline, "no delivery shown"
+            page.click("button:has-text('refresh deliveries')")
+            page.wait_for_timeout(1000)
+        ours = [p for p in receiver.posts if p["run"]["id"] == run_id]
+        assert len(ours) == 1 and "succeeded" in ours[0]["text"]
+        shot(page, "alerts")
+        page.click(f"{row} >> button:has-text('remove')")
+        page.wait_for_selector(row, state="detached")
+    finally:
+        receiver.server.shutdown()

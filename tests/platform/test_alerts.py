@@ -4,10 +4,7 @@ the delivery log."""
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 import pytest
@@ -17,29 +14,9 @@ from gyre_web.alerts.models import Delivery
 from gyre_web.runs import services
 from gyre_web.runs.models import Status
 
+from tests.receiver import Receiver
+
 pytestmark = pytest.mark.django_db
-
-
-class Receiver:
-    """An HTTP server on a free port recording each POST; answers ``codes`` in turn."""
-
-    def __init__(self, codes: list[int]) -> None:
-        self.codes, self.posts = list(codes), []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers["Content-Length"])
-                receiver.posts.append(json.loads(self.rfile.read(length)))
-                self.send_response(receiver.codes.pop(0) if receiver.codes else 200)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
 @pytest.fixture

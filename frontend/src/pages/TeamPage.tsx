@@ -1,4 +1,5 @@
-// Teams: members and roles, personal API tokens (secret shown once), share links.
+// Teams: members and roles, personal API tokens (secret shown once), share links,
+// webhooks called when a run ends (with their delivery log).
 
 import { useCallback, useEffect, useState } from "react";
 import { api, listAll } from "../lib/api";
@@ -26,12 +27,34 @@ interface Link {
   revoked_at: string | null;
 }
 
+interface Hook {
+  id: number;
+  team: number;
+  name: string;
+  url: string;
+  events: string[];
+}
+interface Delivery {
+  id: number;
+  run: number;
+  event: string;
+  state: string;
+  attempts: number;
+  last_status: number | null;
+  last_error: string;
+  created_at: string;
+}
+const ENDINGS = ["succeeded", "failed", "cancelled"];
+
 export function TeamPage() {
   const [teams, setTeams] = useState<Team[]>([]);
   const [team, setTeam] = useState<Team | null>(null);
   const [members, setMembers] = useState<Member[]>([]);
   const [tokens, setTokens] = useState<Token[]>([]);
   const [links, setLinks] = useState<Link[]>([]);
+  const [hooks, setHooks] = useState<Hook[]>([]);
+  const [deliveries, setDeliveries] = useState<Record<number, Delivery[]>>({});
+  const [hookForm, setHookForm] = useState({ url: "", events: ["succeeded", "failed"] });
   const [secret, setSecret] = useState("");
   const [form, setForm] = useState({ username: "", role: "member", token: "", newTeam: "" });
   const [error, setError] = useState("");
@@ -52,7 +75,31 @@ export function TeamPage() {
     if (!team) return;
     void guard(api<Member[]>(`/api/teams/${team.id}/members/`).then(setMembers));
     void guard(listAll<Link>(`/api/share-links/?team=${team.id}`).then(setLinks));
+    void guard(loadHooks(team.id));
   }, [team]);
+
+  async function loadHooks(teamId: number) {
+    const mine = (await listAll<Hook>("/api/webhooks/")).filter((h) => h.team === teamId);
+    setHooks(mine);
+    const logs: Record<number, Delivery[]> = {};
+    for (const h of mine) logs[h.id] = await api<Delivery[]>(`/api/webhooks/${h.id}/deliveries/`);
+    setDeliveries(logs);
+  }
+  const addHook = async (e: React.FormEvent) => {
+    e.preventDefault();
+    if (!team) return;
+    await guard(api("/api/webhooks/", { method: "POST", json: { team: team.id, ...hookForm } }));
+    await guard(loadHooks(team.id));
+  };
+  const removeHook = async (id: number) => {
+    await guard(api(`/api/webhooks/${id}/`, { method: "DELETE" }));
+    if (team) await guard(loadHooks(team.id));
+  };
+  const toggleEnding = (ending: string) =>
+    setHookForm((f) => ({
+      ...f,
+      events: f.events.includes(ending) ? f.events.filter((x) => x !== ending) : [...f.events, ending],
+    }));
 
   const addMember = async (e: React.FormEvent) => {
     e.preventDefault();
@@ -138,6 +185,41 @@ export function TeamPage() {
             </tbody>
           </table>
           <p className="muted">create a share link from a run's page</p>
+          <h3>Webhooks</h3>
+          <p className="muted">called with a JSON body (Slack-compatible) when one of the team's runs ends</p>
+          <table data-testid="webhooks">
+            <tbody>
+              {hooks.map((h) => (
+                <tr key={h.id}>
+                  <td>{h.url}</td>
+                  <td>{h.events.join(", ")}</td>
+                  <td>
+                    {(deliveries[h.id] ?? []).slice(0, 5).map((d) => (
+                      <div key={d.id} className="delivery">
+                        run {d.run} {d.event}: {d.state} after {d.attempts} attempt{d.attempts === 1 ? "" : "s"}
+                        {d.last_status !== null ? ` (HTTP ${d.last_status})` : d.last_error ? ` (${d.last_error})` : ""}
+                      </div>
+                    ))}
+                  </td>
+                  <td>
+                    <button onClick={() => void removeHook(h.id)}>remove</button>
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+          <form onSubmit={addHook}>
+            <input placeholder="webhook URL" value={hookForm.url} onChange={(e) => setHookForm({ ...hookForm, url: e.target.value })} />
+            {ENDINGS.map((ending) => (
+              <label key={ending}>
+                <input type="checkbox" checked={hookForm.events.includes(ending)} onChange={() => toggleEnding(ending)} /> {ending}
+              </label>
+            ))}
+            <button disabled={!hookForm.url || hookForm.events.length === 0}>add webhook</button>
+            <button type="button" onClick={() => team && void guard(loadHooks(team.id))}>
+              refresh deliveries
+            </button>
+          </form>
         </section>
       )}
       <section>
