@@ -144,7 +144,12 @@ def _reporter(args: argparse.Namespace, cfg: Any, workdir: Path, progress: Progr
         raise ValueError("--report-to needs --experiment ID (the experiment the run goes in)")
     platform = Platform(args.report_to, _token(args))
     run_id = attach(
-        platform, workdir, experiment=args.experiment, config=cfg.to_dict(), name=cfg.name
+        platform,
+        workdir,
+        experiment=args.experiment,
+        config=cfg.to_dict(),
+        name=cfg.name,
+        resume=args.resume,
     )
     progress(f"reporting to {platform.url}/runs/{run_id}")
     return Reporter(platform, run_id, workdir, say=progress)

@@ -84,16 +84,26 @@ def _json(text: str) -> dict[str, Any]:
 
 
 def attach(
-    platform: Platform, workdir: Path, *, experiment: int, config: dict[str, Any], name: str
+    platform: Platform,
+    workdir: Path,
+    *,
+    experiment: int,
+    config: dict[str, Any],
+    name: str,
+    resume: bool = False,
 ) -> int:
-    """The platform run this folder reports to: the one it reported to before (a resumed
-    run, on the same platform), else a new one in ``experiment``."""
+    """The platform run this folder reports to: with ``resume``, the one it reported to
+    before on the same platform; else a new one in ``experiment`` (the spool of an earlier
+    run in this folder is kept beside, as ``report-spool.<run>.jsonl``)."""
     path = workdir / STATE
     state = json.loads(path.read_text()) if path.exists() else {}
-    if state.get("url") == platform.url and state.get("run"):
+    if resume and state.get("url") == platform.url and state.get("run"):
         return int(state["run"])
     run = platform.create_run(experiment, config, name)
     workdir.mkdir(parents=True, exist_ok=True)
+    spool = workdir / SPOOL
+    if spool.exists():
+        spool.replace(workdir / f"report-spool.{state.get('run', 'old')}.jsonl")
     _write_state(workdir, {"url": platform.url, "run": run, "acked": 0})
     return run
 

@@ -111,9 +111,9 @@ class Elastic:
     return_below: float = 0.5
     # Engines are sized for a quarter of their sequence cap: sessions spread over more
     # engines decode faster, and fewer units are harvested for a step and sent back
-    # after it (each move re-prefills the sessions it displaces). Of 0.2 to 1, 0.25 and
-    # below kept elastic within 1 % of the best fixed split on every uncapped benchmark
-    # row (docs/sim-results.md); 0.4 and up trailed it by up to 2.5 % at 256 GPUs.
+    # after it (each move re-prefills the sessions it displaces). Of 0.2 to 1, 0.25 kept
+    # elastic closest to the best fixed split over the benchmark rows
+    # (docs/sim-results.md); fuller sizings trailed it at 256 GPUs.
     fill: float = 0.25
     train_share: float = 0.5
     start_split: bool = True
