@@ -429,6 +429,11 @@ def test_a_small_real_run_moves_the_timeline_and_rollouts_live(page, server):
     )
     assert page.text_content("[data-testid=run-status]") == "succeeded"
     assert int(page.text_content("[data-testid=finished-count]") or 0) >= 4
+    # its checkpoints are listed with their step, and one downloads as a tar
+    page.wait_for_selector("[data-testid=checkpoints] >> text=download")
+    href = page.get_attribute("[data-testid=checkpoints] a:has-text('download')", "href")
+    got = page.request.get(server.url + str(href))
+    assert got.ok and got.headers["content-type"] == "application/x-tar" and len(got.body()) > 0
     shot(page, "run-real")
 
 

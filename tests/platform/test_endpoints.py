@@ -13,6 +13,8 @@ from gyre_web.runs import services
 from gyre_web.teams import services as teams
 from gyre_web.trajectories.services import create_tree
 
+from tests.platform.uploads import fake_checkpoint
+
 pytestmark = pytest.mark.django_db
 TEAM_SCOPED = ("teams", "experiments", "runs", "rollouts", "trees", "share-links", "webhooks")
 
@@ -39,6 +41,7 @@ def world(people, sim_config):
     tree = create_tree(run_id=run.pk, group_id="g", nodes=[{"id": 0, "parent": None,
                                                             "preview": "root"}])  # fmt: skip
     gpu = register_gpu(node_name="n", index=0)
+    fake_checkpoint(run.pk, 1)
     token, _ = teams.create_api_token(user=people["member"], name="t")
     link, share_key = teams.create_share_link(created_by=people["owner"], run=run)
     hook = create_webhook(team=people["team"], url="http://127.0.0.1:9/hook", events=["failed"])
@@ -63,7 +66,7 @@ def _fill(path: str, world) -> str:
     collection = path.split("/")[2]
     if "{id}" in path:
         path = path.replace("{id}", str(world["ids"][collection]))
-    path = path.replace("{node_id}", str(world["node"]))
+    path = path.replace("{node_id}", str(world["node"])).replace("{version}", "1")
     return path + "?q=root&runs=" + str(world["run"].pk)
 
 

@@ -36,7 +36,7 @@ from gyre_web.teams import services as teams
 from gyre_web.trajectories.services import create_tree, record_rollout_events
 from rest_framework.test import APIClient
 
-from tests.platform.uploads import synth_jsonl
+from tests.platform.uploads import fake_checkpoint, synth_jsonl
 
 pytestmark = pytest.mark.django_db
 ORIGIN = [(b"origin", b"http://localhost")]
@@ -207,6 +207,8 @@ OPS: dict[tuple[str, str], Op] = {
     ("POST", "/api/runs/report/"): Op("write", body=_run, ref="experiment"),
     ("POST", "/api/runs/{id}/report-events/"): Op("write", fresh=_reported_run, body=_batch),
     ("GET", "/api/runs/{id}/events/"): Op("read", shared=True),
+    ("GET", "/api/runs/{id}/checkpoints/"): Op("read", shared=True),
+    ("GET", "/api/runs/{id}/checkpoints/{version}/download/"): Op("read"),
     ("GET", "/api/runs/{id}/metrics/"): Op("read", shared=True),
     ("GET", "/api/runs/{id}/roles/"): Op("read", shared=True),
     ("GET", "/api/runs/metrics/"): Op("read", shared=True, query="runs={run}"),
@@ -303,6 +305,7 @@ def world(people, sim_config) -> dict[str, Any]:
         ],
     )
     gpu = register_gpu(node_name="n0", index=0)
+    fake_checkpoint(run.pk, 1)
     clients = {}
     keys = {}
     for who, user in users.items():
@@ -349,7 +352,7 @@ def world(people, sim_config) -> dict[str, Any]:
 
 
 def _call(w: dict[str, Any], method: str, template: str, op: Op, who: str) -> Any:
-    params = {"id": w["ids"].get(template.split("/")[2]), "node_id": w["node"]}
+    params = {"id": w["ids"].get(template.split("/")[2]), "node_id": w["node"], "version": 1}
     if op.fresh is not None:
         params.update(op.fresh(w, who))
     url = template.format(**params)

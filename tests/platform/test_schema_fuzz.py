@@ -75,6 +75,8 @@ def _known(path: str, seeded: dict[str, Any]) -> dict[str, Any]:
         known["id"] = seeded["ids"][path.split("/")[2]]
     if "{node_id}" in path:
         known["node_id"] = str(seeded["node"])
+    if "{version}" in path:
+        known["version"] = "1"
     if "{username}" in path:
         known["username"] = "member"
     return known

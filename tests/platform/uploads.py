@@ -33,3 +33,16 @@ def synth_jsonl(
     buf = io.StringIO()
     write_rollouts(buf, synth_rollouts(cfg))
     return buf.getvalue().encode()
+
+
+def fake_checkpoint(run_id: int, version: int, size: int = 1000) -> None:
+    """A complete checkpoint folder (``state.json`` and a weights file of ``size`` bytes)
+    in the run's folder, as a real run writes it."""
+    import json
+
+    from gyre_web.runs.services import run_dir
+
+    path = run_dir(run_id) / "checkpoints" / f"step-{version:08d}"
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "state.json").write_text(json.dumps({"version": version}))
+    (path / "model.safetensors").write_bytes(b"\x01" * size)

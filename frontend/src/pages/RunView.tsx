@@ -1,6 +1,6 @@
 // One run, live: status and controls, the current long phase (model build, warm start,
-// benchmark, ...), GPU role timeline, rollout progress, metrics, trajectory trees and the
-// event log. Controls show only to a caller who may use them
+// benchmark, ...), GPU role timeline, rollout progress, metrics, trajectory trees, the
+// checkpoints (download for the team's members) and the event log. Controls show only to a caller who may use them
 // (`can_edit` from the API: a writer in the run's team); `readOnly` hides them (share links).
 
 import { useEffect, useState } from "react";
@@ -16,12 +16,21 @@ import { treeLabel } from "../lib/tree";
 import type { Run, TreeInfo } from "../lib/types";
 import { useRunLive } from "../lib/useRunLive";
 
+interface Checkpoint {
+  step: number;
+  version: number;
+  size_bytes: number;
+  created_at: string;
+  benchmark: Record<string, number>;
+}
+
 export function RunView({ runId, readOnly = false }: { runId: number; readOnly?: boolean }) {
   const [run, setRun] = useState<Run | null>(null);
   const [error, setError] = useState("");
   const [shareUrl, setShareUrl] = useState("");
   const [trees, setTrees] = useState<TreeInfo[]>([]);
   const [tree, setTree] = useState<TreeInfo | null>(null);
+  const [checkpoints, setCheckpoints] = useState<Checkpoint[]>([]);
   const { live, version, state, paused, togglePause, cursor } = useRunLive(runId);
   const navigate = useNavigate();
 
@@ -48,6 +57,13 @@ export function RunView({ runId, readOnly = false }: { runId: number; readOnly?:
       .then(setTrees)
       .catch(() => setTrees([]));
   }, [runId, live.lastStatus]);
+
+  const reached = run?.step;
+  useEffect(() => {
+    api<Checkpoint[]>(`/api/runs/${runId}/checkpoints/`)
+      .then((list) => setCheckpoints(Array.isArray(list) ? list : []))
+      .catch(() => setCheckpoints([]));
+  }, [runId, live.lastStatus, reached]);
 
   const act = async (verb: string) => {
     setError("");
@@ -137,6 +153,39 @@ export function RunView({ runId, readOnly = false }: { runId: number; readOnly?:
           ))}
         </div>
         {tree && <TreeBrowser tree={tree} />}
+      </section>
+      <section>
+        <h3>Checkpoints</h3>
+        {checkpoints.length === 0 ? (
+          <p className="muted">no checkpoints stored for this run</p>
+        ) : (
+          <table data-testid="checkpoints">
+            <thead>
+              <tr>
+                <th>step</th>
+                <th>version</th>
+                <th>size</th>
+                <th>benchmark at this step</th>
+                <th />
+              </tr>
+            </thead>
+            <tbody>
+              {checkpoints.map((c) => (
+                <tr key={c.version}>
+                  <td>{c.step}</td>
+                  <td>{c.version}</td>
+                  <td>{(c.size_bytes / 1e6).toFixed(1)} MB</td>
+                  <td>
+                    {Object.entries(c.benchmark)
+                      .map(([suite, score]) => `${suite} ${score.toFixed(3)}`)
+                      .join(", ") || "—"}
+                  </td>
+                  <td>{!readOnly && <a href={`/api/runs/${runId}/checkpoints/${c.version}/download/`}>download</a>}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        )}
       </section>
       <section>
         <h3>Event log</h3>

@@ -53,7 +53,7 @@ const renderRun = (readOnly = false) =>
 
 describe("RunView controls", () => {
   it("a viewer (can_edit false) sees the run but no cancel, pause, resume, fork or share", async () => {
-    serve({ "/api/runs/7/metrics/": { bucket: 1, series: [] }, "/api/trees/": [], "/api/runs/7/": run(false) });
+    serve({ "/api/runs/7/metrics/": { bucket: 1, series: [] }, "/api/trees/": [], "/api/runs/7/checkpoints/": [], "/api/runs/7/": run(false) });
     renderRun();
     await screen.findByText("Run #7 r");
     for (const name of ["cancel", "pause run", "resume", "fork", "share"])
@@ -62,7 +62,7 @@ describe("RunView controls", () => {
   });
 
   it("a writer (can_edit true) gets the controls", async () => {
-    serve({ "/api/runs/7/metrics/": { bucket: 1, series: [] }, "/api/trees/": [], "/api/runs/7/": run(true) });
+    serve({ "/api/runs/7/metrics/": { bucket: 1, series: [] }, "/api/trees/": [], "/api/runs/7/checkpoints/": [], "/api/runs/7/": run(true) });
     renderRun();
     await screen.findByText("Run #7 r");
     for (const name of ["cancel", "pause run", "resume", "fork", "share"])
@@ -70,7 +70,7 @@ describe("RunView controls", () => {
   });
 
   it("a share link's view (readOnly) hides them even if the run said otherwise", async () => {
-    serve({ "/api/runs/7/metrics/": { bucket: 1, series: [] }, "/api/trees/": [], "/api/runs/7/": run(true) });
+    serve({ "/api/runs/7/metrics/": { bucket: 1, series: [] }, "/api/trees/": [], "/api/runs/7/checkpoints/": [], "/api/runs/7/": run(true) });
     renderRun(true);
     await screen.findByText("Run #7 r");
     expect(screen.queryByRole("button", { name: "cancel" })).toBeNull();

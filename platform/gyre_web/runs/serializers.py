@@ -236,3 +236,13 @@ class ReportRejectedSerializer(serializers.Serializer):
     detail = serializers.CharField()
     field = serializers.CharField(help_text="the refused field")
     expected = serializers.IntegerField(help_text="the sequence number the run takes next")
+
+
+class CheckpointSerializer(serializers.Serializer):
+    step = serializers.IntegerField()
+    version = serializers.IntegerField()
+    size_bytes = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    benchmark = serializers.DictField(
+        child=serializers.FloatField(), help_text="suite -> score at this step"
+    )

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.core.files.uploadedfile import UploadedFile
 from django.db.models import QuerySet
+from django.http import Http404, StreamingHttpResponse
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -25,9 +26,10 @@ from rest_framework.response import Response
 from gyre_web.access import require_role, share_link_of
 from gyre_web.cluster import selectors as cluster_selectors
 from gyre_web.openapi import ERROR
-from gyre_web.runs import reporting, selectors, services
+from gyre_web.runs import checkpoints, reporting, selectors, services
 from gyre_web.runs.models import Experiment, Run
 from gyre_web.runs.serializers import (
+    CheckpointSerializer,
     EventPageSerializer,
     EventSerializer,
     ExperimentSerializer,
@@ -43,6 +45,7 @@ from gyre_web.runs.serializers import (
     RunListSerializer,
     RunSerializer,
 )
+from gyre_web.teams.models import Role
 
 _KIND = re.compile(r"[a-z0-9_]{1,32}")
 
@@ -290,6 +293,41 @@ class RunViewSet(
             body = {"detail": err.problem, "line": err.line, "field": err.field}
             return Response(body, status=status.HTTP_400_BAD_REQUEST)
         return Response(counts, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses=CheckpointSerializer(many=True))
+    @action(detail=True, methods=["get"], serializer_class=None, pagination_class=None)
+    def checkpoints(self, request: Request, pk: str | None = None) -> Response:
+        """The run's complete checkpoints, oldest first: step, version, size and the
+        benchmark scores at that step (a reported run keeps its own: none here)."""
+        run = self.get_object()
+        return Response(checkpoints.list_checkpoints(run))
+
+    @extend_schema(
+        responses={(200, "application/x-tar"): bytes, 403: ERROR, 404: ERROR},
+    )
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path=r"checkpoints/(?P<version>[0-9]{1,12})/download",
+        serializer_class=None,
+        pagination_class=None,
+    )
+    def download_checkpoint(
+        self, request: Request, pk: str | None = None, version: str = "0"
+    ) -> StreamingHttpResponse:
+        """One checkpoint's folder as a tar, for the members of the run's team (every
+        role; a share link reads the list, not the weights)."""
+        run = self.get_object()
+        require_role(request, run.experiment.team_id, frozenset(Role))
+        path = checkpoints.find(run, int(version))
+        if path is None:
+            raise Http404(f"run {run.pk} has no checkpoint of version {version}")
+        response = StreamingHttpResponse(
+            checkpoints.tar_stream(path), content_type="application/x-tar"
+        )
+        name = f"run-{run.pk}-{path.name}.tar"
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response
 
     @extend_schema(
         responses=EventPageSerializer,
