@@ -28,6 +28,7 @@ export interface Run {
   started_at: string | null;
   finished_at: string | null;
   can_edit?: boolean; // the caller may cancel, pause, resume, fork (a writer in the team)
+  source?: string; // "launched" by a worker, or "reported" from a terminal (gyre run --report-to)
 }
 
 export interface Experiment {

@@ -97,6 +97,7 @@ export function RunView({ runId, readOnly = false }: { runId: number; readOnly?:
         </span>
         <span className="muted">
           {run.policy} · {run.backend} · step {run.step}/{run.steps}
+          {run.source === "reported" && " · reported from a terminal"}
         </span>
         <span className={`live live-${state}`} data-testid="stream-state">
           {state} · seq {cursor()}
