@@ -94,7 +94,7 @@ def bench_curve(
     from gyre_core.rollout.torch_engine import TorchEngine
     from gyre_core.runtime.benchmark import benchmark
     from gyre_core.runtime.session import SessionFactory, make_model_dir
-    from gyre_core.train.checkpoint import checkpoints
+    from gyre_core.train.checkpoint_dirs import checkpoints
 
     cfg = load_config(cfg_path)
     if tasks:
@@ -179,7 +179,7 @@ def _weights(path: Path) -> dict[str, Any]:
 
 def weights_diff(a: Path, b: Path) -> str:
     """The largest weight difference of two runs at each checkpoint both saved."""
-    from gyre_core.train.checkpoint import checkpoints
+    from gyre_core.train.checkpoint_dirs import checkpoints
 
     theirs = dict(checkpoints(b / "checkpoints"))
     parts = []

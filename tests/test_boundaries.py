@@ -31,6 +31,8 @@ SURFACE = {
 PLATFORM_EXCEPTIONS = {
     # the bounded, strict JSON reader the core's logs use: request bodies and socket frames
     "gyre_core.jsonl": "inputs.py and runs/consumers.py parse untrusted JSON with it",
+    # torch-free: which folders of a run are complete checkpoints
+    "gyre_core.train.checkpoint_dirs": "runs/checkpoints.py lists and streams a run's checkpoints",
 }
 WORKER_EXCEPTIONS = {
     # a module of its own so that importing the entry point does not import Ray

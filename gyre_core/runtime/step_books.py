@@ -14,8 +14,9 @@ from gyre_core import events as ev
 from gyre_core.config import RunConfig
 from gyre_core.rollout.router import Router
 from gyre_core.runtime.offpolicy import is_offpolicy
-from gyre_core.train.checkpoint import SHARDED_FORMAT, STATE_FILE, latest_checkpoint
+from gyre_core.train.checkpoint import SHARDED_FORMAT
 from gyre_core.train.checkpoint import prune_checkpoints as prune
+from gyre_core.train.checkpoint_dirs import STATE_FILE, latest_checkpoint
 from gyre_core.trajectory.format import Rollout, read_rollouts
 from gyre_core.trajectory.stats import tree_stats
 from gyre_core.trajectory.tree import PrefixTree, build_trees

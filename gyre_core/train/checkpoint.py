@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,14 +26,13 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from gyre_core.train.checkpoint_dirs import STATE_FILE, checkpoints
 from gyre_core.train.trainer import WEIGHTS_FILE, Trainer
 
 FORMAT = "gyre.checkpoint/v1"
 SHARDED_FORMAT = "gyre.checkpoint/v2"  # a run's: the training group's sharded state
-STATE_FILE = "state.json"
 OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng.safetensors"
-_NAME = re.compile(r"^step-(\d{8,})$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,24 +109,6 @@ def save_checkpoint(
     else:
         os.replace(tmp, final)
     return final
-
-
-def checkpoints(root: str | Path) -> list[tuple[int, Path]]:
-    """Every complete checkpoint under ``root`` as ``(version, path)``, oldest first."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    return sorted(
-        (int(m.group(1)), p)
-        for p in root.iterdir()
-        if (m := _NAME.match(p.name)) and (p / STATE_FILE).is_file()
-    )
-
-
-def latest_checkpoint(root: str | Path) -> Path | None:
-    """The complete checkpoint of the highest version under ``root``, or ``None``."""
-    found = checkpoints(root)
-    return found[-1][1] if found else None
 
 
 def load_checkpoint(

@@ -29,7 +29,7 @@ from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_mo
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
-from gyre_core.train.checkpoint import checkpoints
+from gyre_core.train.checkpoint_dirs import checkpoints
 from gyre_core.train.trainer import WEIGHTS_FILE
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}

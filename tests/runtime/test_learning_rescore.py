@@ -13,7 +13,8 @@ import yaml
 from gyre_core.config import RunConfig
 from gyre_core.events import NullSink
 from gyre_core.runtime.session import SessionFactory, make_model_dir
-from gyre_core.train.checkpoint import checkpoints, save_checkpoint
+from gyre_core.train.checkpoint import save_checkpoint
+from gyre_core.train.checkpoint_dirs import checkpoints
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "learning_bench.py"

@@ -8,12 +8,8 @@ from pathlib import Path
 import pytest
 
 from gyre_core.config import ConfigError, RunConfig
-from gyre_core.train.checkpoint import (
-    checkpoints,
-    latest_checkpoint,
-    prune_checkpoints,
-    save_checkpoint,
-)
+from gyre_core.train.checkpoint import prune_checkpoints, save_checkpoint
+from gyre_core.train.checkpoint_dirs import checkpoints, latest_checkpoint
 from tests.train.test_trainer import make_trainer, tiny_model
 
 

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from gyre_core.config import TrainConfig
-from gyre_core.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from gyre_core.train.checkpoint import load_checkpoint, save_checkpoint
+from gyre_core.train.checkpoint_dirs import latest_checkpoint
 from gyre_core.train.trainer import Trainer
 from gyre_core.trajectory.format import Rollout
 from gyre_core.trajectory.synth import synth_rollouts

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gyre_core.train.checkpoint import STATE_FILE, checkpoints
+from gyre_core.train.checkpoint_dirs import STATE_FILE, checkpoints
 from gyre_web.runs.models import BenchmarkScore, Run
 from gyre_web.runs.services import run_dir
 
