@@ -136,25 +136,36 @@ def lower_bound(
     )
 
 
-def _reachable(r: TraceRollout, c: CostModel) -> float:
-    """The share of ``r`` any policy can run before its timeout: 1, or the part of its
-    critical path that fits in ``timeout_s``."""
-    path = full_path(r, c)
-    return min(1.0, r.timeout_s / path) if path > 0 else 1.0
-
-
-def rollout_tokens(r: TraceRollout) -> int:
-    """The tokens ``r``'s tree holds: its prompts, completions and compaction summaries."""
-    return sum(t.prompt_tokens + t.completion_tokens + (t.compact_to or 0) for t in r.turns)
+def reached(r: TraceRollout, c: CostModel) -> tuple[int, float]:
+    """The most of ``r`` any policy can run before its timeout -> (the tokens its tree
+    holds then, the unit-seconds they took at best throughput). Its calls run back to back
+    at the single-sequence rate with its tool time between them, the fastest any rollout
+    goes: a turn's prompt counts from the turn's start, its completion as it decodes (a
+    compaction's summary once the turn ends); all of it for a rollout that fits."""
+    fast, t, tokens, unit_s = c.seq_rate(1), 0.0, 0.0, 0.0
+    for turn in r.turns:
+        if t >= r.timeout_s:
+            break
+        tokens += turn.prompt_tokens
+        unit_s += turn.prompt_tokens / c.prefill_tok_s
+        t += turn.prompt_tokens / c.prefill_tok_s
+        decoded = min(turn.completion_tokens, max(0.0, (r.timeout_s - t) * fast))
+        tokens += decoded
+        unit_s += decoded / c.best_decode_tok_s
+        if decoded < turn.completion_tokens:
+            break
+        tokens += turn.compact_to or 0
+        t += turn.completion_tokens / fast + turn.tool_s
+    return int(tokens), unit_s
 
 
 def trace_bound(trace: list[TraceRollout], c: CostModel) -> dict[str, float]:
     """The policy-independent lower bound on the makespan of ``trace`` under ``c``, with
     its terms (seconds) and ``tokens``, the most any policy can train.
 
-    Each rollout counts for the share of it that fits in its timeout at the fastest
-    single-sequence rate (:func:`_reachable`; all of it for most), and every policy trains
-    the same rollouts in the same number of steps. The terms:
+    Each rollout counts for the part of it that fits in its timeout (:func:`reached`; all
+    of it for most), and every policy trains the same rollouts in the same number of
+    steps. The terms:
 
     * **work** -- every unit busy all the time at its best throughput: each completion
       token decoded at ``best_decode_tok_s``, each prompt token prefilled once
@@ -173,33 +184,18 @@ def trace_bound(trace: list[TraceRollout], c: CostModel) -> dict[str, float]:
     does less, so efficiency compares goodputs: a run's against ``tokens / bound``."""
     b, steps = c.rollouts_per_step, len(trace) // c.rollouts_per_step
     trained = trace[: steps * b]
-    shared = [(r, _reachable(r, c)) for r in trained]
-    decode = sum(f * sum(t.completion_tokens for t in r.turns) for r, f in shared)
-    prefill = sum(f * sum(t.prompt_tokens for t in r.turns) for r, f in shared)
-    sizes = sorted(int(f * rollout_tokens(r)) for r, f in shared)
+    parts = [reached(r, c) for r in trained]
+    rollout_s = [u for _, u in parts]  # decode, and every prompt prefilled once
+    sizes = sorted(n for n, _ in parts)
     tokens = sum(sizes)
-    unit_s = (
-        decode / c.best_decode_tok_s
-        + prefill / c.prefill_tok_s
-        + tokens / c.train_tok_s
-        + steps * c.min_train_units * c.step_overhead_s
-    )
+    overhead = c.min_train_units * c.step_overhead_s  # a step's, on the fewest units
+    unit_s = sum(rollout_s) + tokens / c.train_tok_s + steps * overhead
     smallest = [sum(sizes[:b])] * steps
-    rollout_s = [
-        f * sum(t.completion_tokens / c.best_decode_tok_s + t.prompt_tokens / c.prefill_tok_s
-                for t in r.turns)
-        for r, f in shared
-    ]  # fmt: skip
     took = _step_times(c, steps, smallest)
     terms = {
         "work_s": unit_s / c.units,
         "path_s": critical_path(trained, c, smallest),
         "admission_s": admission_path(trained, c, smallest),
-        "windows_s": window_path(
-            rollout_s,
-            c,
-            took,
-            sum(sizes[:b]) / c.train_tok_s + c.min_train_units * c.step_overhead_s,
-        ),
+        "windows_s": window_path(rollout_s, c, took, smallest[0] / c.train_tok_s + overhead),
     }
     return {"bound_s": max(terms.values()), **terms, "tokens": float(tokens)}

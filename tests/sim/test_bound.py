@@ -11,6 +11,7 @@ from gyre_core.sim.bound import (
     admission_path,
     critical_path,
     lower_bound,
+    reached,
     rollout_path,
     step_time,
     trace_bound,
@@ -72,6 +73,10 @@ def test_the_policy_independent_bound_by_hand() -> None:
     # a rollout whose timeout cuts its path in half counts for half its tokens
     half = trace_bound([rollout(1, 200, timeout_s=10.5)], costs)
     assert half["tokens"] == 101
+    # a prompt counts from its turn's start: 20 prompt tokens prefill for 10 s, then 50
+    # of the 100 decode before the 15 s timeout (15 unit-seconds in all)
+    late = TraceRollout("p", "t", "t", (Turn(20, 100, 0.0), Turn(1, 0, 0.0)), 15.0)
+    assert reached(late, costs) == (70, pytest.approx(15.0))
     # every policy's makespan and goodput stay within it
     for policy in (Async(1, 1), Elastic(), Colocate()):
         out = Simulator(trace, costs, policy).run()
