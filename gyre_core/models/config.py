@@ -34,6 +34,14 @@ class ModelConfig:
         "head (copying a context token is then learned for all tokens "
         "at once)",
     )
+    chat_template: str = config_field(
+        "chatml",
+        "how chat messages (the endpoint's calls, imported message logs) become tokens: "
+        "chatml = Gyre's ChatML with <tool_call> JSON blocks (Qwen3's format); checkpoint "
+        "= the tokenizer's own chat template (chat_template in model.checkpoint's "
+        "tokenizer files), rendered one message at a time",
+        choices=("chatml", "checkpoint"),
+    )
     engine: str = config_field(
         "torch",
         "what serves a unit's rollout role: torch = an in-process "

@@ -208,9 +208,19 @@ class ChatFormat:
     def encode(self, m: Message) -> list[int]:
         return self.codec.encode(self.render(m))
 
-    def cue(self) -> list[int]:
-        """What starts the assistant's reply: the generation prompt."""
+    def encode_at(self, messages: list[Message], i: int) -> list[int]:
+        """Message ``i`` of a conversation in tokens (in ChatML alone; a template format
+        renders it in its context)."""
+        return self.encode(messages[i])
+
+    def cue(self, messages: list[Message] | None = None) -> list[int]:
+        """What starts the assistant's reply after ``messages``: the generation prompt."""
         return self.codec.encode(f"{IM_START}assistant\n")
+
+    def reply_ids(self, messages: list[Message], i: int) -> list[int]:
+        """Assistant message ``i`` as the model writes it after the cue, end-of-turn
+        included (for logs that carry text, not the model's token ids)."""
+        return self.codec.encode(self.body(messages[i]) + IM_END)
 
     def closing(self, completion_ids: list[int]) -> list[int]:
         """The tokens that close a reply in the conversation after it: a newline after the

@@ -29,14 +29,13 @@ from typing import Any
 
 from gyre_core.jsonl import json_lines
 from gyre_core.rollout.chat import (
-    IM_END,
     ChatError,
     ChatFormat,
-    Message,
     check_messages,
     check_tools,
 )
 from gyre_core.rollout.chat_session import ChatSession
+from gyre_core.rollout.chat_template import chat_format
 from gyre_core.rollout.engine import Completion
 from gyre_core.trajectory.format import FORMAT, Rollout, TrajectoryFormatError, read_rollouts
 
@@ -56,11 +55,12 @@ def is_chat_log(path: Path) -> bool:
     return False
 
 
-def read_demonstrations(path: Path, tokenizer: Any) -> list[Rollout]:
-    """The rollouts of either kind of file (see the module)."""
+def read_demonstrations(path: Path, tokenizer: Any, template: str = "chatml") -> list[Rollout]:
+    """The rollouts of either kind of file (see the module); message logs are rendered in
+    the chat format ``template`` names (``model.chat_template``)."""
     if not is_chat_log(path):
         return list(read_rollouts(path))
-    fmt = ChatFormat(tokenizer)
+    fmt = chat_format(tokenizer, template)
     out: list[Rollout] = []
     seen: set[str] = set()
     for lineno, obj in json_lines(path, TrajectoryFormatError):
@@ -95,11 +95,15 @@ def _conversation(obj: Any, fmt: ChatFormat, name: str, lineno: int) -> Rollout:
     for i, m in enumerate(messages):
         if m.role != "assistant":
             continue
-        ids, logprobs = _generated(raw[i], m, fmt, f"messages[{i}]", fail)
-        exact = exact and logprobs is not None
         if i == 0:
             raise fail("messages[0]", "an assistant message needs the messages it answers")
-        prompt = chat.prompt(fmt.with_tools(messages[:i], tools))
+        try:
+            upto = fmt.with_tools(messages[: i + 1], tools)
+            ids, logprobs = _generated(raw[i], upto, fmt, f"messages[{i}]", fail)
+            prompt = chat.prompt(upto[:-1])
+        except ChatError as e:
+            raise fail(e.param, e.problem) from None
+        exact = exact and logprobs is not None
         call_id, _ = chat.reserve()
         n = len(ids)
         chat.record(call_id, prompt, Completion(ids, logprobs or [0.0] * n, [0] * n, "stop"))
@@ -115,11 +119,11 @@ def _conversation(obj: Any, fmt: ChatFormat, name: str, lineno: int) -> Rollout:
 
 
 def _generated(
-    raw: dict[str, Any], m: Message, fmt: ChatFormat, where: str, fail: Any
+    raw: dict[str, Any], upto: list[Any], fmt: ChatFormat, where: str, fail: Any
 ) -> tuple[list[int], list[float] | None]:
     ids = raw.get("token_ids")
     if ids is None:
-        return fmt.codec.encode(fmt.body(m) + IM_END), None
+        return fmt.reply_ids(upto, len(upto) - 1), None
     if (
         not isinstance(ids, list)
         or not ids

@@ -102,10 +102,12 @@ class ChatSession:
                 ids = list(turn.tokens[: turn.bounds[k - 1]])
                 prefix = Prefix(turn.call_id, len(ids))
                 bounds = list(turn.bounds[:k])
-        for m in messages[k:]:
-            ids += self.fmt.encode(m)
+        for i in range(k, len(messages)):
+            ids += self.fmt.encode_at(messages, i)
             bounds.append(len(ids))
-        ids += self.fmt.cue()
+        ids += self.fmt.cue(messages)
+        if prefix is not None and prefix.tokens == 0:
+            prefix = None  # only a marker that renders as nothing (a template's tools) is shared
         return Prompt(ids, prefix, keys, bounds)
 
     def text_prompt(self, prompt_ids: list[int]) -> Prompt:

@@ -104,9 +104,10 @@ class Endpoint:
         model: str = "gyre-policy",
         host: str = "127.0.0.1",
         port: int = 0,
+        fmt: ChatFormat | None = None,
     ) -> None:
         self.model, self.host, self.port = model, host, port
-        self.fmt = ChatFormat(tokenizer)
+        self.fmt = fmt if fmt is not None else ChatFormat(tokenizer)
         self.sessions: dict[str, EndpointSession] = {}
         self._closed: dict[str, str] = {}  # key -> session id, of sessions closed
         self.url = ""

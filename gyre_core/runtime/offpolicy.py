@@ -59,9 +59,11 @@ class OffPolicyData:
         self.per_step = per_step
 
     @classmethod
-    def read(cls, path: Path, tokenizer: Any, per_step: int) -> OffPolicyData:
+    def read(
+        cls, path: Path, tokenizer: Any, per_step: int, template: str = "chatml"
+    ) -> OffPolicyData:
         try:
-            rollouts = read_demonstrations(path, tokenizer)
+            rollouts = read_demonstrations(path, tokenizer, template)
         except (OSError, ValueError) as e:
             raise OffPolicyError(str(e)) from None
         return cls(rollouts, per_step, str(path))

@@ -106,7 +106,7 @@ async def _run(
     imported = None  # read before any unit starts: a bad file fails the run at once
     if cfg.train.offpolicy_data:
         path, groups = Path(cfg.train.offpolicy_data), cfg.train.offpolicy_groups
-        imported = OffPolicyData.read(path, factory.tokenizer, groups)
+        imported = OffPolicyData.read(path, factory.tokenizer, groups, cfg.model.chat_template)
     warm, books = WarmStart(factory), StepBooks(cfg, sink, clock)
     trainer = TrainGroup(cfg, workdir)
     reference = workdir / REFERENCE_FILE

@@ -20,6 +20,7 @@ from gyre_core import events as ev
 from gyre_core.config import RunConfig
 from gyre_core.envs import repo_suite
 from gyre_core.rollout.agents import ModelAgent
+from gyre_core.rollout.chat_template import chat_format
 from gyre_core.rollout.config import RolloutConfig
 from gyre_core.rollout.endpoint import Endpoint
 from gyre_core.rollout.external import ExternalAgent, run_external
@@ -124,6 +125,8 @@ class SessionFactory:
             )
         r = cfg.rollout
         self.reward_fn = load_callable(r.reward_fn, "rollout.reward_fn") if r.reward_fn else None
+        # The chat format of the endpoint's calls, checked before any session starts.
+        self.chat = chat_format(self.tokenizer, cfg.model.chat_template)
         self._endpoint: Endpoint | None = None
         self._endpoint_lock = asyncio.Lock()
 
@@ -131,7 +134,7 @@ class SessionFactory:
         """The run's OpenAI-compatible endpoint, started on first use."""
         async with self._endpoint_lock:
             if self._endpoint is None:
-                ep = Endpoint(self.tokenizer)
+                ep = Endpoint(self.tokenizer, fmt=self.chat)
                 await ep.start()
                 self._endpoint = ep
             return self._endpoint

@@ -151,7 +151,9 @@ class WarmStart:
         """The demonstrations of ``train.warm_start_data``, read once (a bad line fails the
         run at its warm start, naming the file, the line and the field)."""
         if self._data is None:
-            self._data = read_demonstrations(Path(self.cfg.train.warm_start_data), self.tokenizer)
+            self._data = read_demonstrations(
+                Path(self.cfg.train.warm_start_data), self.tokenizer, self.cfg.model.chat_template
+            )
             if not self._data:
                 raise ValueError(
                     f"train.warm_start_data: {self.cfg.train.warm_start_data}: no rollouts"

@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from gyre_core.config import RunConfig
 from gyre_core.rollout.chat import ChatFormat, Message, check_messages, check_tools
+from gyre_core.rollout.chat_template import TemplateFormat, chat_format
 from gyre_core.rollout.endpoint import Endpoint
 from gyre_core.rollout.engine import Completion, SamplingParams
 from gyre_core.rollout.router import Router
@@ -219,3 +220,34 @@ def test_an_engine_failure_is_a_json_500_and_the_endpoint_serves_on(taught) -> N
         and "ValueError" in err["error"]["message"]
     )
     assert ok == 200 and reply["usage"]["completion_tokens"] >= 1
+
+
+def test_the_checkpoints_own_template_renders_the_calls(taught) -> None:  # type: ignore[no-untyped-def]
+    """``model.chat_template: checkpoint``: the engine is given the template's rendering of
+    the conversation; a template that rewrites earlier turns is a 400 naming the message."""
+    model, tok = taught
+    prompts: list[list[int]] = []
+
+    class Seen(TorchEngine):
+        async def generate(self, prompt_ids, params, *, request_id):  # type: ignore[no-untyped-def]
+            prompts.append(list(prompt_ids))
+            return await super().generate(prompt_ids, params, request_id=request_id)
+
+    unstable = "{% for m in messages %}{{ m['role'] }} of {{ messages | length }}: {{ m['content'] }}\n{% endfor %}"
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+
+    async def main(fmt: ChatFormat) -> tuple[int, Any]:
+        ep = Endpoint(tok, fmt=fmt)
+        await ep.start()
+        s = ep.open("r0", Router({"e": Seen(model)}), max_tokens=4, temperature=1.0, seed=0)
+        async with httpx.AsyncClient(base_url=s.base_url, timeout=60) as c:
+            r = await c.post("/chat/completions", json={"model": "p", "messages": messages})
+        await ep.close()
+        return r.status_code, r.json()
+
+    code, _ = asyncio.run(main(chat_format(tok, "checkpoint")))
+    assert code == 200 and tok.decode(prompts[-1], skip_special_tokens=False) == (
+        tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    )
+    code, err = asyncio.run(main(TemplateFormat(tok, unstable)))
+    assert code == 400 and err["error"]["param"] == "messages[1]", err
