@@ -56,6 +56,7 @@ def _env(data_dir: Path) -> dict[str, str]:
         PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'platform'}",
         DJANGO_SETTINGS_MODULE="gyre_web.settings",
         GYRE_EVENT_POLL_SECONDS="0.2",
+        GYRE_EXTERNAL_AGENTS="1",  # test_agents.py launches the example agent
     )
     return env
 
