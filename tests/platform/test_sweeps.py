@@ -218,3 +218,19 @@ def test_the_api_launches_lists_reads_and_cancels_a_sweep(people, sim_config, cl
     done = client_for(people["member"]).post(url)
     assert done.status_code == 200 and done.json()["status"] == "cancelled"
     assert {r["status"] for r in done.json()["runs"]} == {"cancelled"}
+
+
+def test_a_run_whose_worker_died_and_cannot_resume_hands_its_slot_on(people, sim_config, settings):
+    """The reaper fails a run with no resume left: its ending launches the next run, in the
+    reaper's transaction; the catch-up then finds nothing to do."""
+    settings.GYRE_REAPER_MAX_RESUMES = 0
+    sweep = _sweep(people, sim_config, params={"seed": [1, 2, 3]}, max_concurrent=1)
+    (first,) = _started_active(sweep)
+    runs.claim_launch(run_id=first, task_id=Run.objects.get(pk=first).celery_task_id)
+    runs.transition(first, Status.RUNNING)
+    Run.objects.filter(pk=first).update(heartbeat_at=None)  # its worker is gone
+    assert runs.reap_stale_runs() == [first]
+    assert Run.objects.get(pk=first).status == Status.FAILED
+    (second,) = _started_active(sweep)
+    assert second != first and services.advance_due() == 0
+    assert _started_active(sweep) == [second]

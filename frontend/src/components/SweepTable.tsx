@@ -9,7 +9,7 @@ import { Chart } from "./Chart";
 
 function show(v: unknown): string {
   if (v === null || v === undefined) return "—";
-  if (typeof v === "number") return Number.isInteger(v) ? String(v) : v.toPrecision(4);
+  if (typeof v === "number") return String(Number(v.toPrecision(4)));
   return String(v);
 }
 

@@ -37,7 +37,7 @@ export function SweepPage() {
     api<PresetsResponse>("/api/config/presets/")
       .then((p) => {
         setPresets(p);
-        setBase(JSON.stringify(p.default ?? {}, null, 2));
+        setBase((cur) => (cur === "{}" ? JSON.stringify(p.default ?? {}, null, 2) : cur)); // unless edited
       })
       .catch(() => undefined);
   }, []);
@@ -111,11 +111,11 @@ export function SweepPage() {
           {mode === "random" && (
             <>
               {" "}
-              samples <input name="samples" type="number" value={samples} onChange={(e) => setSamples(Number(e.target.value))} /> seed{" "}
+              samples <input name="samples" type="number" size={4} value={samples} onChange={(e) => setSamples(Number(e.target.value))} /> seed{" "}
               <input name="seed" type="number" value={seed} onChange={(e) => setSeed(Number(e.target.value))} />
             </>
           )}{" "}
-          at most <input name="max_concurrent" type="number" value={cap} onChange={(e) => setCap(Number(e.target.value))} /> runs
+          · at most <input name="max_concurrent" size={4} type="number" value={cap} onChange={(e) => setCap(Number(e.target.value))} /> runs
           at once
         </p>
         <table data-testid="sweep-params">
