@@ -197,6 +197,7 @@ def test_the_api_launches_lists_reads_and_cancels_a_sweep(people, sim_config, cl
     assert made.status_code == 201, made.content
     sweep = made.json()
     assert sweep["status"] == "running" and sweep["run_count"] == 4
+    assert [r["launched"] for r in sweep["runs"]] == [True, True, False, False]  # the cap: 2
     assert [r["values"] for r in sweep["runs"]][:2] == [
         {"train.lr": 1e-4, "seed": 1}, {"train.lr": 1e-4, "seed": 2}
     ]  # fmt: skip

@@ -72,7 +72,7 @@ export function SweepTable({ sweep, onCancel }: { sweep: Sweep; onCancel?: () =>
               {fields.map((f) => (
                 <td key={f}>{show(r.values[f])}</td>
               ))}
-              <td>{r.status}</td>
+              <td>{r.status === "queued" && !r.launched ? "waiting for a slot" : r.status}</td>
               <td title={Object.entries(r.benchmark).map(([s, v]) => `${s} ${v.toFixed(3)}`).join(", ")}>
                 {show(r.score)}
                 {r.benchmark_step !== null && <span className="muted"> @{r.benchmark_step}</span>}

@@ -7,6 +7,7 @@ export interface SweepRunRow {
   name: string;
   values: Record<string, unknown>;
   status: string;
+  launched: boolean; // a queued run not launched yet waits for a slot under the cap
   step: number;
   steps: number;
   benchmark_step: number | null;

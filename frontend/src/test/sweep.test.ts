@@ -4,7 +4,7 @@ import { buildParams, commonMetrics, errorLines, nextSort, parseValues, sortRows
 function row(index: number, lr: number, score: number | null, status = "succeeded", loss?: number): SweepRunRow {
   return {
     run: 100 + index, index, name: `s #${index + 1}`, values: { "train.lr": lr, "scheduler.policy": index % 2 ? "colocate" : "elastic" },
-    status, step: 2, steps: 2, benchmark_step: score === null ? null : 2,
+    status, launched: true, step: 2, steps: 2, benchmark_step: score === null ? null : 2,
     benchmark: score === null ? {} : { repo: score }, score, metrics: loss === undefined ? {} : { loss },
   }; // prettier-ignore
 }

@@ -1,5 +1,6 @@
 """Sweep reads: the sweeps a caller may see, and one sweep's runs with their swept values,
-status, final benchmark (the scores at the last step that has any; ``score`` their mean
+status, whether launched yet (a queued run not launched waits for a slot under the cap),
+final benchmark (the scores at the last step that has any; ``score`` their mean
 over suites) and the last value of each metric."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from typing import Any
 
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 
-from gyre_web.runs.models import ACTIVE, BenchmarkScore, MetricPoint
+from gyre_web.runs.models import ACTIVE, BenchmarkScore, LaunchOutbox, MetricPoint
 from gyre_web.runs.selectors import experiments_visible
 from gyre_web.sweeps.models import Sweep, SweepRun
 
@@ -57,6 +58,7 @@ def sweep_runs(sweep: Sweep) -> list[dict[str, Any]]:
     rows = list(SweepRun.objects.filter(sweep=sweep).select_related("run").order_by("index"))
     ids = [r.run_id for r in rows]
     benchmarks, metrics = _final_benchmarks(ids), _final_metrics(ids)
+    launched = set(LaunchOutbox.objects.filter(run_id__in=ids).values_list("run_id", flat=True))
     out = []
     for r in rows:
         step, scores = benchmarks.get(r.run_id, (None, {}))
@@ -67,6 +69,7 @@ def sweep_runs(sweep: Sweep) -> list[dict[str, Any]]:
                 "name": r.run.name,
                 "values": r.values,
                 "status": r.run.status,
+                "launched": r.run_id in launched,
                 "step": r.run.step,
                 "steps": r.run.steps,
                 "benchmark_step": step,

@@ -63,6 +63,9 @@ class SweepRunSerializer(serializers.Serializer):
     name = serializers.CharField()
     values = serializers.DictField(help_text="swept field path -> this run's value")
     status = serializers.CharField()
+    launched = serializers.BooleanField(
+        help_text="launched yet; a queued run that is not waits for a slot under the cap"
+    )
     step = serializers.IntegerField()
     steps = serializers.IntegerField()
     benchmark_step = serializers.IntegerField(
