@@ -235,3 +235,12 @@ def test_a_run_whose_worker_died_and_cannot_resume_hands_its_slot_on(people, sim
     (second,) = _started_active(sweep)
     assert second != first and services.advance_due() == 0
     assert _started_active(sweep) == [second]
+
+
+def test_a_random_sweep_stores_its_seeded_draws_in_its_runs(people, sim_config):
+    params = {"train.lr": {"low": 1e-5, "high": 1e-3, "log": True}, "seed": [3, 4]}
+    sweep = _sweep(people, sim_config, mode="random", params=params, samples=5, seed=11)
+    rows = sweep.sweep_runs.select_related("run").order_by("index")
+    assert [r.values for r in rows] == expand.random_samples(params, 5, seed=11)
+    assert [r.run.config["train"]["lr"] for r in rows] == [r.values["train.lr"] for r in rows]
+    assert (sweep.samples, sweep.seed, len(_started_active(sweep))) == (5, 11, 2)
