@@ -1,6 +1,6 @@
 """The watchdog thread every worker process starts: it writes the heartbeat of the launches
 this process executes (every GYRE_HEARTBEAT_SECONDS, whatever the run itself is doing) and
-runs the reaper, the launch dispatcher and the webhook deliveries (every
+runs the reaper, the launch dispatcher, the sweeps' catch-up and the webhook deliveries (every
 GYRE_REAPER_SECONDS).
 
 A solo worker busy with a run takes no periodic task from beat, and ``make demo`` runs no
@@ -67,6 +67,7 @@ class Watchdog:
     def _run(self) -> None:
         from gyre_web.alerts.services import deliver_due
         from gyre_web.runs import services
+        from gyre_web.sweeps.services import advance_due
 
         beat = float(settings.GYRE_HEARTBEAT_SECONDS)
         every = float(settings.GYRE_REAPER_SECONDS)
@@ -81,6 +82,7 @@ class Watchdog:
                     last_reap = time.monotonic()
                     services.reap_stale_runs()
                     services.dispatch_launches()
+                    advance_due()
                     deliver_due()
             except Exception as err:  # the database may be restarting: try again next tick
                 log.warning("watchdog tick failed: %s: %s", type(err).__name__, err)

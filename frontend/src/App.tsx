@@ -11,6 +11,7 @@ const ComparePage = lazy(() => import("./pages/ComparePage").then((m) => ({ defa
 const LaunchPage = lazy(() => import("./pages/LaunchPage").then((m) => ({ default: m.LaunchPage })));
 const RunsPage = lazy(() => import("./pages/RunsPage").then((m) => ({ default: m.RunsPage })));
 const RunView = lazy(() => import("./pages/RunView").then((m) => ({ default: m.RunView })));
+const SweepPage = lazy(() => import("./pages/SweepPage").then((m) => ({ default: m.SweepPage })));
 const SharePage = lazy(() => import("./pages/SharePage").then((m) => ({ default: m.SharePage })));
 const TeamPage = lazy(() => import("./pages/TeamPage").then((m) => ({ default: m.TeamPage })));
 
@@ -54,6 +55,7 @@ function Shell() {
         <b>Gyre</b>
         <NavLink to="/runs">Runs</NavLink>
         {canLaunch && <NavLink to="/launch">Launch</NavLink>}
+        {canLaunch && <NavLink to="/sweep">Sweep</NavLink>}
         <NavLink to="/compare">Compare</NavLink>
         <NavLink to="/team">Team</NavLink>
         <NavLink to="/cluster">Cluster</NavLink>
@@ -68,6 +70,7 @@ function Shell() {
             <Route path="/runs" element={<RunsPage />} />
             <Route path="/runs/:id" element={<RunRoute />} />
             <Route path="/launch" element={<LaunchPage />} />
+            <Route path="/sweep" element={<SweepPage />} />
             <Route path="/compare" element={<ComparePage />} />
             <Route path="/team" element={<TeamPage />} />
             <Route path="/cluster" element={<ClusterPage />} />

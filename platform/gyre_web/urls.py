@@ -8,6 +8,7 @@ from gyre_web.alerts.views import WebhookViewSet
 from gyre_web.cluster.views import GpuViewSet
 from gyre_web.runs import config_views
 from gyre_web.runs.views import ExperimentViewSet, RunViewSet
+from gyre_web.sweeps.views import SweepViewSet
 from gyre_web.teams.views import ApiTokenViewSet, ShareLinkViewSet, TeamViewSet, session
 from gyre_web.trajectories.views import RolloutViewSet, TreeViewSet
 
@@ -21,6 +22,7 @@ router.register("gpus", GpuViewSet, basename="gpu")
 router.register("tokens", ApiTokenViewSet, basename="token")
 router.register("share-links", ShareLinkViewSet, basename="share-link")
 router.register("webhooks", WebhookViewSet, basename="webhook")
+router.register("sweeps", SweepViewSet, basename="sweep")
 
 urlpatterns = [
     path("admin/", admin.site.urls),

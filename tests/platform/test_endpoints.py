@@ -10,13 +10,16 @@ import pytest
 from gyre_web.alerts.services import create_webhook
 from gyre_web.cluster.services import register_gpu
 from gyre_web.runs import services
+from gyre_web.sweeps.services import create_sweep
 from gyre_web.teams import services as teams
 from gyre_web.trajectories.services import create_tree
 
 from tests.platform.uploads import fake_checkpoint
 
 pytestmark = pytest.mark.django_db
-TEAM_SCOPED = ("teams", "experiments", "runs", "rollouts", "trees", "share-links", "webhooks")
+TEAM_SCOPED = (
+    "teams", "experiments", "runs", "rollouts", "trees", "share-links", "webhooks", "sweeps"
+)  # fmt: skip
 
 
 @pytest.fixture
@@ -45,10 +48,13 @@ def world(people, sim_config):
     token, _ = teams.create_api_token(user=people["member"], name="t")
     link, share_key = teams.create_share_link(created_by=people["owner"], run=run)
     hook = create_webhook(team=people["team"], url="http://127.0.0.1:9/hook", events=["failed"])
+    sweep = create_sweep(
+        experiment=exp, base_config=sim_config, mode="grid", params={"seed": [1]}, max_concurrent=1
+    )
     ids = {
         "teams": people["team"].pk, "experiments": exp.pk, "runs": run.pk,
         "rollouts": run.rollouts.get().pk, "trees": tree.pk, "gpus": gpu.pk,
-        "tokens": token.pk, "share-links": link.pk, "webhooks": hook.pk,
+        "tokens": token.pk, "share-links": link.pk, "webhooks": hook.pk, "sweeps": sweep.pk,
     }  # fmt: skip
     return {"ids": ids, "node": tree.tree_nodes.get().pk, "run": run, "share": share_key}
 
@@ -87,7 +93,7 @@ def test_every_get_endpoint_as_every_caller(world, people, client_for):
         anonymous = client_for().get(url).status_code
         assert anonymous == 200 if template in OPEN else anonymous in (401, 403), url
         shared = client_for().get(url, HTTP_X_GYRE_SHARE=world["share"]).status_code
-        readable = collection in ("runs", "rollouts", "trees", "experiments")
+        readable = collection in ("runs", "rollouts", "trees", "experiments", "sweeps")
         assert shared < 500, url
         if not readable and template not in OPEN:
             assert shared == 403, url
@@ -122,6 +128,18 @@ def test_every_write_as_a_viewer_is_refused(world, people, client_for, sim_confi
         ("post", "/api/share-links/", {"run": ids["runs"]}),
         ("delete", f"/api/share-links/{ids['share-links']}/", None),
         ("post", "/api/gpus/", {"node": 1, "index": 3}),
+        (
+            "post",
+            "/api/sweeps/",
+            {
+                "experiment": ids["experiments"],
+                "base_config": sim_config,
+                "mode": "grid",
+                "params": {"seed": [1]},
+                "max_concurrent": 1,
+            },
+        ),
+        ("post", f"/api/sweeps/{ids['sweeps']}/cancel/", None),
     ]
     for method, url, body in writes:
         status = getattr(viewer, method)(url, body, format="json").status_code

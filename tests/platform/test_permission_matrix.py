@@ -32,6 +32,7 @@ from gyre_web.asgi import application
 from gyre_web.cluster.services import register_gpu
 from gyre_web.runs import reporting, services
 from gyre_web.runs.models import Run, Status
+from gyre_web.sweeps.services import create_sweep
 from gyre_web.teams import services as teams
 from gyre_web.trajectories.services import create_tree, record_rollout_events
 from rest_framework.test import APIClient
@@ -101,6 +102,16 @@ def _fresh_webhook(w: dict[str, Any], who: str) -> dict[str, Any]:
 
 def _webhook(w: dict[str, Any], who: str) -> dict[str, Any]:
     return {"team": w["team"].pk, "url": f"http://127.0.0.1:9/{who}", "events": ["failed"]}
+
+
+def _sweep(w: dict[str, Any], who: str) -> dict[str, Any]:
+    spec = {"mode": "grid", "params": {"seed": [1, 2]}, "max_concurrent": 1}
+    return {"experiment": w["exp"].pk, "base_config": w["config"], **spec}
+
+
+def _fresh_sweep(w: dict[str, Any], who: str) -> dict[str, Any]:
+    body = {k: v for k, v in _sweep(w, who).items() if k != "experiment"}
+    return {"id": create_sweep(experiment=w["exp"], base_config=body.pop("base_config"), **body).pk}
 
 
 def _finished_run(w: dict[str, Any], who: str) -> dict[str, Any]:
@@ -216,6 +227,10 @@ OPS: dict[tuple[str, str], Op] = {
     ("POST", "/api/share-links/"): Op("write", body=lambda w, who: {"run": w["run"].pk}, ref="run"),
     ("GET", "/api/share-links/{id}/"): Op("read"),
     ("DELETE", "/api/share-links/{id}/"): Op("write", fresh=_fresh_link),
+    ("GET", "/api/sweeps/"): Op("signed_in", shared=True),
+    ("POST", "/api/sweeps/"): Op("write", body=_sweep, ref="experiment"),
+    ("GET", "/api/sweeps/{id}/"): Op("read", shared=True),
+    ("POST", "/api/sweeps/{id}/cancel/"): Op("write", fresh=_fresh_sweep),
     ("GET", "/api/teams/"): Op("signed_in"),
     ("POST", "/api/teams/"): Op("signed_in", body=_name),
     ("GET", "/api/teams/{id}/"): Op("read"),
@@ -334,6 +349,13 @@ def world(people, sim_config) -> dict[str, Any]:
         "webhooks": create_webhook(
             team=people["team"], url="http://127.0.0.1:9/", events=["failed"]
         ).pk,
+        "sweeps": create_sweep(
+            experiment=exp,
+            base_config=sim_config,
+            mode="grid",
+            params={"seed": [1]},
+            max_concurrent=1,
+        ).pk,
     }
     node = tree.tree_nodes.order_by("id").last().pk
     return {
@@ -404,9 +426,20 @@ def test_a_share_link_reads_only_its_experiment(world, people, sim_config):
         f"/api/runs/metrics/?runs={other_run.pk}",
     ):
         assert share.get(url).status_code == 404, url
+    other_sweep = create_sweep(
+        experiment=other_exp,
+        base_config=sim_config,
+        mode="grid",
+        params={"seed": [1]},
+        max_concurrent=1,
+    )
+    assert share.get(f"/api/sweeps/{other_sweep.pk}/").status_code == 404
     listed = [r["id"] for r in share.get("/api/runs/").json()["results"]]
-    assert listed == [world["run"].pk]
+    shared = Run.objects.filter(experiment=world["exp"]).order_by("-id")  # with its sweep's
+    assert listed == list(shared.values_list("pk", flat=True)) and world["run"].pk in listed
     assert [e["id"] for e in share.get("/api/experiments/").json()["results"]] == [world["exp"].pk]
+    swept = [s["id"] for s in share.get("/api/sweeps/").json()["results"]]
+    assert swept == [world["ids"]["sweeps"]]
 
 
 def _add(client: APIClient, team_id: int, username: str, role: str) -> Any:

@@ -105,6 +105,15 @@ def _valid(seeded: dict[str, Any], config: dict[str, Any]) -> dict[str, dict[str
             "body": {"team": ids["teams"], "url": "http://127.0.0.1:9/", "events": ["failed"]}
         },
         "POST /api/teams/{id}/members/": {"body": {"username": "viewer", "role": "member"}},
+        "POST /api/sweeps/": {
+            "body": {
+                "experiment": ids["experiments"],
+                "base_config": config,
+                "mode": "grid",
+                "params": {"seed": [1, 2]},
+                "max_concurrent": 1,
+            }
+        },
     }
 
 

@@ -2,13 +2,16 @@
 // run-clock time of its `step_finished`, lib/wallTime), role timelines stacked, each read
 // from the run's stored role intervals (GET /api/runs/{id}/roles/). While a compared run is
 // live the metrics (and step times) refresh every few seconds; a zoomed chart stays zoomed.
+// ?sweep=ID compares a sweep's runs, with its table of swept fields and scores on top.
 
 import { useEffect, useMemo, useRef, useState } from "react";
 import { useSearchParams } from "react-router-dom";
 import { Chart } from "../components/Chart";
 import { RoleTimelineView } from "../components/RoleTimelineView";
+import { SweepTable } from "../components/SweepTable";
 import { api } from "../lib/api";
 import { alignByX, CHARTED } from "../lib/metrics";
+import type { Sweep } from "../lib/sweep";
 import { RoleTimeline, type RoleIntervals } from "../lib/roles";
 import { ROLES, type MetricsResponse, type Run } from "../lib/types";
 import { bucketsByTime, fetchStepTimes, timeUnit, type StepTimes } from "../lib/wallTime";
@@ -34,7 +37,10 @@ async function anyLive(ids: string[]): Promise<boolean> {
 
 export function ComparePage() {
   const [params, setParams] = useSearchParams();
-  const ids = (params.get("runs") ?? "").split(",").map(Number).filter((n) => n > 0);
+  const sweepId = params.get("sweep");
+  const [sweep, setSweep] = useState<Sweep | null>(null);
+  const listed = (params.get("runs") ?? "").split(",").map(Number).filter((n) => n > 0);
+  const ids = listed.length || !sweep ? listed : (sweep.runs ?? []).map((r) => r.run);
   const byTime = params.get("x") === "time";
   const [input, setInput] = useState(ids.join(","));
   const [metrics, setMetrics] = useState<MetricsResponse | null>(null);
@@ -45,6 +51,21 @@ export function ComparePage() {
   const clock = useRef<Clock>({ key: "", runs: new Map() });
   const [clockVersion, setClockVersion] = useState(0);
   const key = ids.join(",");
+
+  useEffect(() => {
+    if (!sweepId) return setSweep(null);
+    let current = true;
+    api<Sweep>(`/api/sweeps/${sweepId}/`)
+      .then((s) => current && setSweep(s))
+      .catch((e) => current && setError(String(e)));
+    return () => {
+      current = false;
+    };
+  }, [sweepId, tick]);
+  const cancelSweep = () =>
+    void api<Sweep>(`/api/sweeps/${sweepId}/cancel/`, { method: "POST" })
+      .then(setSweep)
+      .catch((e) => setError(String(e)));
 
   useEffect(() => {
     if (!key) return;
@@ -137,6 +158,7 @@ export function ComparePage() {
   return (
     <div>
       <h2>Compare runs</h2>
+      {sweep && <SweepTable sweep={sweep} onCancel={cancelSweep} />}
       <form
         onSubmit={(e) => {
           e.preventDefault();

@@ -114,6 +114,12 @@ def _send_launch(run: Run) -> None:
     transaction.on_commit(lambda: send_launch(row))
 
 
+def queue_launch(run: Run) -> None:
+    """Launch a queued run that was created with ``launch=False`` (a sweep's run, once a
+    slot under its cap is free), through the outbox, in the caller's transaction."""
+    _send_launch(run)
+
+
 def send_launch(row: LaunchOutbox) -> bool:
     """Send one outbox row's message (dispatch only). A broker error is logged and kept on
     the row for the dispatcher to retry, never raised. -> whether it was sent."""
@@ -214,6 +220,10 @@ def transition(run_id: int, to: str, **fields: Any) -> Run:
         from gyre_web.alerts.services import queue_for
 
         queue_for(run)  # in this transaction: a run never ends without its alerts queued
+    if to not in ACTIVE:
+        from gyre_web.sweeps.services import run_left_active
+
+        run_left_active(run)  # in this transaction: its sweep's next run takes the slot
     return run
 
 

@@ -30,6 +30,7 @@ INSTALLED_APPS = [
     "gyre_web.cluster",
     "gyre_web.trajectories",
     "gyre_web.alerts",
+    "gyre_web.sweeps",
 ]
 
 MIDDLEWARE = [
