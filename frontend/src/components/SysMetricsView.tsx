@@ -20,7 +20,7 @@ export function SysMetricsView({ store, span }: { store: SysMetricsStore; versio
   return (
     <div className="sys-metrics" data-testid="sys-metrics" data-units={units.length} data-metrics={metrics.join(",")}>
       {charts.map(({ metric, data }) => (
-        <Chart key={metric} title={SYS_METRIC_TITLES[metric]} labels={labels} data={data} xLabel="t (s)" height={130} />
+        <Chart key={metric} title={SYS_METRIC_TITLES[metric]} labels={labels} data={data} xLabel="t (s)" exactX />
       ))}
     </div>
   );
