@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 from statistics import median
+from types import SimpleNamespace
 
 import pytest
 
@@ -69,6 +70,37 @@ def test_without_nvml_the_gpu_fields_are_omitted() -> None:
     e = combine(3, "n1", [ProcessSampler().sample([0])], t=1.0)
     assert e.gpu == {} and e.unit == 3 and e.procs >= 1 and e.rss_mb > 0
     assert event_from_json(e.to_json()) == e
+
+
+class _StandInNvml:
+    """pynvml's calls that gpu_stats makes, answering as a driver with two GPUs would (this
+    machine has none; a run on GPUs uses the real module)."""
+
+    def __init__(self, fail_init: bool = False) -> None:
+        self.fail_init = fail_init
+
+    def nvmlInit(self) -> None:
+        if self.fail_init:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:
+        return SimpleNamespace(gpu=[20, 60][h], memory=0)
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> SimpleNamespace:
+        return SimpleNamespace(used=(h + 1) * 1024 * 2**20, total=80 * 1024 * 2**20, free=0)
+
+
+def test_nvml_values_are_read_and_a_failing_driver_gives_none(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", _StandInNvml())
+    assert gpu_stats([0, 1]) == {
+        "util_pct": 40.0, "mem_mb": 3072.0, "mem_total_mb": 163840.0, "count": 2.0
+    }  # fmt: skip
+    assert ProcessSampler().sample([1])["gpu"]["util_pct"] == 60.0
+    monkeypatch.setitem(sys.modules, "pynvml", _StandInNvml(fail_init=True))
+    assert gpu_stats([0]) == {}
 
 
 def test_combine_sums_processes_and_weighs_gpu_utilisation_by_gpu() -> None:
