@@ -114,3 +114,10 @@ class ClusterConfig:
         "", "join this Ray cluster ('' = start a local one; or RAY_ADDRESS)"
     )
     object_store_mb: int = config_field(256, "Ray object store cap for a local cluster", min=64)
+    sysmetrics_s: float = config_field(
+        5.0,
+        "seconds between samples of each unit's CPU, memory and GPUs (NVML) into "
+        "sys_metrics events of a real run (0: none)",
+        min=0,
+        max=3600,
+    )

@@ -189,6 +189,26 @@ class PhaseProgress(Event):
         return f"{head}, {self.message}" if self.message else head
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SysMetrics(Event):
+    """One unit's system metrics at ``t`` (real runtime, every ``cluster.sysmetrics_s``;
+    :mod:`gyre_core.runtime.sysmetrics`): ``cpu_pct`` (100 = one core) and ``rss_mb`` of
+    its ``procs`` processes (each of its processes and their descendants), the memory of
+    the ``node`` hosting it, and ``gpu`` through NVML: ``util_pct`` (mean over the unit's
+    GPUs), ``mem_mb`` and ``mem_total_mb`` (summed), ``count`` — empty without NVML or
+    GPUs. ``host_mem_*`` are 0 where the node has no /proc/meminfo."""
+
+    kind: ClassVar[str] = "sys_metrics"
+    unit: int
+    cpu_pct: float
+    rss_mb: float
+    procs: int = 1
+    node: str = ""
+    host_mem_used_mb: float = 0.0
+    host_mem_total_mb: float = 0.0
+    gpu: dict[str, float] = field(default_factory=dict)
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.kind: cls
     for cls in (
@@ -203,6 +223,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         TreeReady,
         RolloutsWritten,
         PhaseProgress,
+        SysMetrics,
     )
 }
 
@@ -291,6 +312,7 @@ __all__ = [
     "RolloutsWritten",
     "RunStatus",
     "StepFinished",
+    "SysMetrics",
     "TreeReady",
     "flush_sink",
     "storable",

@@ -28,6 +28,7 @@ from ray.exceptions import RayActorError
 
 from gyre_core.config import RunConfig
 from gyre_core.rollout.engine import ENGINES, Completion, EngineLoad, SamplingParams
+from gyre_core.runtime.sysmetrics import ProcessSampler
 
 RESOURCE = "gpu_unit"
 
@@ -79,10 +80,11 @@ def _parts(host: Any, whole: dict[str, float]) -> dict[str, float]:
     return dict(parts) if parts else whole
 
 
-@ray.remote(num_cpus=0)
+@ray.remote(num_cpus=0, concurrency_groups={"metrics": 1})  # type: ignore[call-overload]
 class UnitActor:
     """One unit's process. All methods are coroutines: Ray runs them on one event loop, so
-    many ``generate`` calls interleave in the engine's continuous batch."""
+    many ``generate`` calls interleave in the engine's continuous batch; ``sys_metrics``
+    runs on a loop of its own (a concurrency group), answered while the first is busy."""
 
     def __init__(
         self,
@@ -105,9 +107,16 @@ class UnitActor:
         self.engine: Any = None
         self.member: Any = None  # the training side (train/member.py), once it trained
         self.store: Any = None  # the rendezvous store it opened for a group it leads
+        self.sampler = ProcessSampler()  # sys_metrics from its start
 
     async def pid(self) -> int:
         return os.getpid()
+
+    @ray.method(concurrency_group="metrics")
+    async def sys_metrics(self) -> dict[str, Any]:
+        """CPU, memory and GPUs of this process and its descendants since the last call
+        (:class:`~gyre_core.runtime.sysmetrics.ProcessSampler`)."""
+        return self.sampler.sample([int(g) for g in ray.get_gpu_ids()])
 
     async def gpu_ids(self) -> list[int]:
         """The GPUs Ray gave this process (none on a CPU cluster)."""

@@ -39,6 +39,7 @@ from gyre_core.runtime.offpolicy import OffPolicyData
 from gyre_core.runtime.ray_backend import RESOURCE, RayEngine, UnitActor, start_ray
 from gyre_core.runtime.session import SessionFactory, make_model_dir
 from gyre_core.runtime.step_books import StepBooks
+from gyre_core.runtime.sysmetrics import SysMetricsPoller
 from gyre_core.runtime.threaded_sink import ThreadedSink
 from gyre_core.runtime.timed_router import TimedRouter
 from gyre_core.runtime.train_group import Source, TrainGroup
@@ -129,6 +130,8 @@ async def _run(
     roles = policy.initial_roles(units_n)
     router = TimedRouter({}, mode=cfg.scheduler.switch_mode, wait_s=600.0, clock=clock)
     slots = await _make_units(cfg, model_dir, workdir, settings)
+    sampler = SysMetricsPoller(cfg.cluster.sysmetrics_s, lambda: slots, sink, clock)
+    sampler.start()  # from the warm start on, beside the loop
     try:
         warm_first = trainer.version == 0 and bool(
             cfg.train.warm_start_steps or cfg.train.warm_start_from
@@ -194,6 +197,7 @@ async def _run(
             await loop.ensure_engine()  # the final benchmark needs one: a trainer comes back
             after = await run_benchmark(factory, router, trainer.version)
             say(f"benchmark after: {after:.3f}")
+        await sampler.stop()  # the run's last events are its status and summary
         if cancelled:
             sink.emit(
                 ev.RunStatus(
@@ -213,6 +217,7 @@ async def _run(
         sink.emit(ev.RunStatus(t=clock(), status="succeeded", step=trainer.version, message=""))
         return summary
     finally:
+        await sampler.stop()  # before the units go: no sample asks a killed actor
         await factory.aclose()  # the agents' endpoint, when it was started
         release_units(slots)  # also on failure: their resources go back to Ray
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Server, login, shot
+from tests.e2e.conftest import SHOTS, Server, login, shot
 from tests.receiver import Receiver
 
 # A real server, worker and browser: each test takes seconds to tens of seconds.
@@ -403,7 +403,7 @@ REAL = {
     "name": "e2e-real",
     "backend": "real",
     "steps": 2,
-    "cluster": {"units": 4},
+    "cluster": {"units": 4, "sysmetrics_s": 1.0},
     "scheduler": {"policy": "elastic", "drain_deadline_s": 0.0},
     "rollout": {"tasks_per_step": 1, "group_size": 2, "benchmark_tasks": 1, "max_turns": 4},
 }
@@ -434,7 +434,18 @@ def test_a_small_real_run_moves_the_timeline_and_rollouts_live(page, server):
     href = page.get_attribute("[data-testid=checkpoints] a:has-text('download')", "href")
     got = page.request.get(server.url + str(href))
     assert got.ok and got.headers["content-type"] == "application/x-tar" and len(got.body()) > 0
+    # each unit's system metrics, stored by the worker and charted under the timeline
+    url = f"{server.url}/api/runs/{run['id']}/events/?kind=sys_metrics"
+    stored = [e["data"] for e in page.request.get(url).json()["events"]]
+    assert {d["unit"] for d in stored} == {0, 1, 2, 3}
+    assert all(d["cpu_pct"] >= 0 and d["rss_mb"] > 0 for d in stored)
+    view = page.wait_for_selector("[data-testid=sys-metrics][data-units='4']")
+    assert view.get_attribute("data-metrics").startswith("cpu_pct,rss_mb")
+    for title in ("CPU % (100 = one core)", "memory (RSS, MB)"):
+        assert page.locator(f"[data-testid='chart-{title}'] canvas").count() == 1
     shot(page, "run-real")
+    section = page.locator("section", has=page.locator("[data-testid=sys-metrics]"))
+    section.screenshot(path=str(SHOTS / "sysmetrics.png"))
 
 
 def test_team_page_registers_a_webhook_that_a_finished_run_calls(page, server):

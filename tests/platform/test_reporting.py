@@ -105,3 +105,25 @@ def test_a_silent_reported_run_is_never_reaped(reported) -> None:
     Run.objects.filter(pk=run_id).update(heartbeat_at=timezone.now() - timedelta(days=1))
     assert run_id not in services.reap_stale_runs()
     assert Run.objects.get(pk=run_id).status == "running"
+
+
+def test_sys_metrics_are_stored_and_served_by_kind(reported) -> None:
+    from gyre_core.events import SysMetrics
+
+    client, run_id = reported
+    gpu = {"util_pct": 87.5, "mem_mb": 40960.0, "mem_total_mb": 81920.0, "count": 1.0}
+    sent = [
+        SysMetrics(t=5.0 * k, unit=u, node="n", procs=3, cpu_pct=97.0 + u, rss_mb=2048.5,
+                   host_mem_used_mb=9000.0, host_mem_total_mb=64000.0,
+                   gpu=gpu if u else {}).to_json()
+        for k in range(1, 4) for u in range(2)
+    ]  # fmt: skip
+    assert _send(client, run_id, 1, [*sent, _step(1)]).json()["stored"] == 7
+    body = client.get(f"/api/runs/{run_id}/events/", {"kind": "sys_metrics"}).json()
+    served = [(e["t"], e["data"]["unit"], e["data"]["cpu_pct"], e["data"]["gpu"]) for e in
+              body["events"]]  # fmt: skip
+    assert served == [(5.0 * k, u, 97.0 + u, gpu if u else {}) for k in (1, 2, 3) for u in (0, 1)]
+    bad = {**sent[0], "data": {**sent[0]["data"], "gpu": {"util_pct": "busy"}}}
+    r = _send(client, run_id, 8, [bad])
+    assert r.status_code == 400 and "data.gpu" in r.json()["detail"]
+    assert MetricPoint.objects.filter(run_id=run_id).count() == 1  # only the step's loss

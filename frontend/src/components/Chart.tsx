@@ -16,9 +16,19 @@ export interface ChartProps {
   xLabel?: string;
   stepped?: boolean;
   colors?: string[];
+  exactX?: boolean; // the x axis spans the data exactly (no rounding out to nice ticks)
 }
 
-export function Chart({ title, labels, data, height = 180, xLabel = "step", stepped = false, colors = PALETTE }: ChartProps) {
+export function Chart({
+  title,
+  labels,
+  data,
+  height = 180,
+  xLabel = "step",
+  stepped = false,
+  colors = PALETTE,
+  exactX = false,
+}: ChartProps) {
   const host = useRef<HTMLDivElement>(null);
   const plot = useRef<uPlot | null>(null);
   const zoomed = useRef(false);
@@ -31,7 +41,7 @@ export function Chart({ title, labels, data, height = 180, xLabel = "step", step
       title,
       width: Math.max(200, el.clientWidth || 400),
       height,
-      scales: { x: { time: false } },
+      scales: { x: exactX ? { time: false, range: (_u, min, max) => [min, max] } : { time: false } },
       axes: [{ label: xLabel }, { size: 56, values: (_u, ticks) => ticks.map(compact) }],
       cursor: { drag: { x: true, y: false } },
       series: [
@@ -66,7 +76,7 @@ export function Chart({ title, labels, data, height = 180, xLabel = "step", step
       plot.current = null;
     };
     // eslint-disable-next-line react-hooks/exhaustive-deps -- rebuilt only when the series change
-  }, [key, title, height, xLabel, stepped, colors]);
+  }, [key, title, height, xLabel, stepped, colors, exactX]);
 
   useEffect(() => {
     plot.current?.setData(data, !zoomed.current);

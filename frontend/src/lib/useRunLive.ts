@@ -1,6 +1,7 @@
 // One run's live view state: the event stream folded into the role timeline, rollout
-// tracker, metric store and event log. Re-renders are batched to one per frame, and the
-// stores are mutated in place so zoom and selection in the views survive updates.
+// tracker, metric store, system metrics and event log. Re-renders are batched to one per
+// frame, and the stores are mutated in place so zoom and selection in the views survive
+// updates.
 
 import { useEffect, useRef, useState } from "react";
 import { api } from "./api";
@@ -8,6 +9,7 @@ import { EventStream, type StreamState } from "./eventStream";
 import { MetricStore } from "./metrics";
 import { RoleTimeline } from "./roles";
 import { RolloutTracker } from "./rollouts";
+import { SysMetricsStore } from "./sysmetrics";
 import type { MetricsResponse, RunEvent } from "./types";
 
 const KEEP_EVENTS = 20000;
@@ -16,6 +18,7 @@ export interface LiveRun {
   timeline: RoleTimeline;
   rollouts: RolloutTracker;
   metrics: MetricStore;
+  sys: SysMetricsStore;
   events: RunEvent[];
   lastStatus: string | null;
 }
@@ -48,6 +51,7 @@ export function useRunLive(runId: number) {
           l.timeline.apply(ev);
           l.rollouts.apply(ev);
           l.metrics.apply(ev);
+          l.sys.apply(ev);
           if (ev.kind === "run_status") l.lastStatus = String(ev.data.status);
         }
         l.events.push(...events);
@@ -78,6 +82,7 @@ function fresh(): LiveRun {
     timeline: new RoleTimeline(),
     rollouts: new RolloutTracker(),
     metrics: new MetricStore(),
+    sys: new SysMetricsStore(),
     events: [],
     lastStatus: null,
   };

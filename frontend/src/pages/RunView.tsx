@@ -9,6 +9,7 @@ import { EventLog } from "../components/EventLog";
 import { MetricsGrid } from "../components/MetricsGrid";
 import { PhaseBar } from "../components/PhaseBar";
 import { RoleTimelineView } from "../components/RoleTimelineView";
+import { SysMetricsView } from "../components/SysMetricsView";
 import { RolloutPanel } from "../components/RolloutPanel";
 import { TreeBrowser } from "../components/TreeBrowser";
 import { api, listAll } from "../lib/api";
@@ -134,6 +135,7 @@ export function RunView({ runId, readOnly = false }: { runId: number; readOnly?:
       <section>
         <h3>GPU role timeline</h3>
         <RoleTimelineView timeline={live.timeline} version={version} />
+        <SysMetricsView store={live.sys} version={version} span={live.timeline.tMax} />
       </section>
       <section>
         <h3>Rollouts</h3>
