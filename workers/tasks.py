@@ -17,6 +17,7 @@ from gyre_web.runs.models import Run, Status
 
 from gyre_core.events import RunStatus
 from workers.celery_app import app
+from workers.logship import LogShipper
 from workers.sink import DbSink, JobSink
 
 log = logging.getLogger(__name__)
@@ -66,13 +67,20 @@ def _status_event(sink: DbSink, status: str, step: int, message: str = "") -> No
 )
 def launch_run(self: Any, run_id: int) -> str:
     """queued -> starting -> running -> succeeded | failed | cancelled | paused."""
-    from gyre_core.config import RunConfig
-    from gyre_core.runtime import error_line, run_job
-
     claimed = services.claim_launch(run_id=run_id, task_id=self.request.id or "")
     if claimed is None:
         return "skipped"
-    run, resume = claimed
+    shipper = LogShipper(run_id).start()  # the run's log lines, until it ends
+    try:
+        return _launch(self, run_id, *claimed, shipper)
+    finally:
+        shipper.close()
+
+
+def _launch(task: Any, run_id: int, run: Run, resume: bool, shipper: LogShipper) -> str:
+    from gyre_core.config import RunConfig
+    from gyre_core.runtime import error_line, run_job
+
     workdir = Path(settings.GYRE_RUNS_DIR) / str(run_id)
     workdir.mkdir(parents=True, exist_ok=True)
     continuing = resume  # a resume request or a takeover, with or without a checkpoint
@@ -81,6 +89,8 @@ def launch_run(self: Any, run_id: int) -> str:
     sink = DbSink(run_id, stop=stop)
     if run.status == Status.STARTING:
         services.transition(run_id, Status.RUNNING)
+    how = "resumed" if continuing else "started"
+    log.info("run %s %s at step %s (task %s)", run_id, how, run.step, task.request.id)
     _status_event(sink, Status.RUNNING, run.step, "resumed" if continuing else "started")
     try:
         # The run's config as create_run validated and stored it (RunConfig.to_dict): rebuilt
@@ -88,8 +98,15 @@ def launch_run(self: Any, run_id: int) -> str:
         cfg = RunConfig.from_dict(run.config)
         if cfg.backend == "sim":  # replayed at the configured speed (0: as fast as it computes)
             sink.pace = cfg.sim.speed
-        job_sink = JobSink(sink)  # the run's one terminal event is _finish's
-        summary = run_job(cfg, sink=job_sink, workdir=workdir, should_stop=stop, resume=resume)
+        job_sink = JobSink(sink, shipper.event)  # the run's one terminal event is _finish's
+        summary = run_job(
+            cfg,
+            sink=job_sink,
+            workdir=workdir,
+            should_stop=stop,
+            resume=resume,
+            progress=shipper.progress,
+        )
     except Exception as err:
         log.exception("run %s failed", run_id)  # the traceback stays in the worker's log
         try:
@@ -116,6 +133,8 @@ def _finish(run_id: int, sink: DbSink, status: str, message: str = "", **fields:
     reader who sees the run finished also sees its last event."""
     with transaction.atomic():
         run = services.transition(run_id, status, **fields)
+        said = f"run {run_id} {status} at step {run.step}" + (f": {message}" if message else "")
+        log.log(logging.ERROR if status == Status.FAILED else logging.INFO, "%s", said)
         close_role_intervals(run_id=run_id, t=sink.last_t)
         release_gpus(run_id=run_id)
         _status_event(sink, status, run.step, message)

@@ -208,6 +208,7 @@ OPS: dict[tuple[str, str], Op] = {
     ("POST", "/api/runs/{id}/report-events/"): Op("write", fresh=_reported_run, body=_batch),
     ("GET", "/api/runs/{id}/events/"): Op("read", shared=True),
     ("GET", "/api/runs/{id}/checkpoints/"): Op("read", shared=True),
+    ("GET", "/api/runs/{id}/logs/"): Op("read", shared=True),
     ("GET", "/api/runs/{id}/checkpoints/{version}/download/"): Op("read"),
     ("GET", "/api/runs/{id}/metrics/"): Op("read", shared=True),
     ("GET", "/api/runs/{id}/roles/"): Op("read", shared=True),

@@ -1,11 +1,12 @@
 // One run, live: status and controls, the current long phase (model build, warm start,
 // benchmark, ...), GPU role timeline, rollout progress, metrics, trajectory trees, the
-// checkpoints (download for the team's members) and the event log. Controls show only to a caller who may use them
+// checkpoints (download for the team's members), the log lines and the event log. Controls show only to a caller who may use them
 // (`can_edit` from the API: a writer in the run's team); `readOnly` hides them (share links).
 
 import { useEffect, useState } from "react";
 import { useNavigate } from "react-router-dom";
 import { EventLog } from "../components/EventLog";
+import { LogsPanel } from "../components/LogsPanel";
 import { MetricsGrid } from "../components/MetricsGrid";
 import { PhaseBar } from "../components/PhaseBar";
 import { RoleTimelineView } from "../components/RoleTimelineView";
@@ -187,6 +188,10 @@ export function RunView({ runId, readOnly = false }: { runId: number; readOnly?:
             </tbody>
           </table>
         )}
+      </section>
+      <section>
+        <h3>Logs</h3>
+        <LogsPanel runId={runId} active={active} />
       </section>
       <section>
         <h3>Event log</h3>

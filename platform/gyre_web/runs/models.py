@@ -203,3 +203,39 @@ class RunEvent(models.Model):
             "wall": self.wall.isoformat(),
             "data": self.data,
         }
+
+
+class LogSource(models.TextChoices):
+    RUNTIME = "runtime"  # the job: gyre_core's logging, progress lines, phase_progress
+    WORKER = "worker"  # the Celery task that runs it (launch, finish, failure)
+
+
+class LogLevel(models.TextChoices):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+class RunLogLine(models.Model):
+    """One line of a run's log (``runs/logs.py`` writes them: at most
+    ``GYRE_RUN_LOG_MAX_LINES`` a run, each at most ``logs.MAX_LINE_CHARS``, NUL made ␀)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="log_lines")
+    seq = models.BigIntegerField()  # contiguous per run from 1
+    time = models.DateTimeField()
+    source = models.CharField(max_length=8, choices=LogSource.choices)
+    level = models.CharField(max_length=8, choices=LogLevel.choices)
+    text = models.TextField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="one_log_line_per_seq")]
+
+    def as_message(self) -> dict[str, object]:
+        return {
+            "seq": self.seq,
+            "time": self.time.isoformat(),
+            "source": self.source,
+            "level": self.level,
+            "text": self.text,
+        }

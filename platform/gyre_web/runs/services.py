@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from gyre_web.runs import rollups
+from gyre_web.runs.logs import append_log_lines, level_name  # the run log's writes
 from gyre_web.runs.models import (
     ACTIVE,
     TRANSITIONS,
@@ -35,6 +36,7 @@ from gyre_web.runs.models import (
 from gyre_web.wake import wake
 
 log = logging.getLogger(__name__)
+__all__ = ["append_log_lines", "level_name"]  # with the functions below (no star import)
 # A send while the broker is down fails after about a second, not kombu's default retries.
 SEND_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 0.5}
 WORKING = (Status.STARTING, Status.RUNNING)  # a worker holds the run (and heartbeats)

@@ -27,6 +27,7 @@ from gyre_web.access import require_role, share_link_of
 from gyre_web.cluster import selectors as cluster_selectors
 from gyre_web.openapi import ERROR
 from gyre_web.runs import checkpoints, reporting, selectors, services
+from gyre_web.runs.log_views import RunLogsMixin
 from gyre_web.runs.models import Experiment, Run
 from gyre_web.runs.serializers import (
     CheckpointSerializer,
@@ -144,6 +145,7 @@ class RunFilter(filters.FilterSet):
 
 
 class RunViewSet(
+    RunLogsMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
