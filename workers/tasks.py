@@ -4,6 +4,8 @@ from its checkpoint), have time limits, and retry on transient database errors."
 from __future__ import annotations
 
 import logging
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -189,3 +191,38 @@ def sync_ray_inventory() -> dict[str, int]:
         return {}
     records = read_inventory(str(settings.RAY_ADDRESS))
     return sync_inventory(nodes=[r.to_dict() for r in records])
+
+
+EXPORT_TIME_LIMIT = 3600  # seconds one export may take
+
+
+@app.task(time_limit=EXPORT_TIME_LIMIT + 60)
+def export_checkpoint(export_id: int) -> str:
+    """A run checkpoint as a Hugging Face directory: ``gyre export`` in a subprocess (it
+    imports torch and transformers), written beside and renamed into place when whole."""
+    paths = services.claim_export(export_id=export_id)
+    if paths is None:
+        return "skipped"
+    out = Path(paths["out"])
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "gyre_core.cli.main", "export", paths["checkpoint"],
+            str(partial), "--model-dir", paths["model"], "--force"]  # fmt: skip
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=EXPORT_TIME_LIMIT)
+    except subprocess.TimeoutExpired:
+        services.finish_export(export_id=export_id, error=f"took over {EXPORT_TIME_LIMIT} s")
+        return "failed"
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines() or [f"exit {done.returncode}"]
+        error = lines[-1].replace(paths["run_folder"], "<run folder>")  # no server paths
+        log.warning("export %s failed: %s", export_id, lines[-1])
+        shutil.rmtree(partial, ignore_errors=True)
+        services.finish_export(export_id=export_id, error=error)
+        return "failed"
+    shutil.rmtree(out, ignore_errors=True)
+    partial.rename(out)
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    services.finish_export(export_id=export_id, size_bytes=size)
+    return "done"
