@@ -113,3 +113,28 @@ def test_a_run_keeps_at_most_its_limit_of_lines(run):
     texts = list(RunLogLine.objects.filter(run=run).order_by("seq").values_list("text", flat=True))
     assert texts[:4] == [f"line {i}" for i in range(4)] and len(texts) == 5
     assert texts[4].startswith("log limit reached (5 lines")
+
+
+def test_a_reported_run_logs_its_phases_and_statuses_once(people, client_for, sim_config):
+    from gyre_core.events import PhaseProgress, RunStatus
+
+    exp = services.create_experiment(team=people["team"], name="terminal")
+    client = client_for(people["member"])
+    made = client.post(
+        "/api/runs/report/", {"experiment": exp.pk, "config": sim_config}, format="json"
+    )
+    run_id = made.json()["id"]
+    events = [
+        RunStatus(t=0.0, status="running", step=0, message="started").to_json(),
+        PhaseProgress(t=1.0, phase="warm start", done=2, total=4, message="loss 0.4").to_json(),
+        RunStatus(t=2.0, status="failed", step=0, message="out of memory").to_json(),
+    ]
+    url = f"/api/runs/{run_id}/report-events/"
+    for _ in range(2):  # the second batch is the first sent again: stored once
+        assert client.post(url, {"first": 1, "events": events}, format="json").status_code == 200
+    lines = _logs(client, run_id)["lines"]
+    assert [(x["source"], x["level"], x["text"]) for x in lines] == [
+        ("runtime", "info", "run running at step 0: started"),
+        ("runtime", "info", "warm start 2/4, loss 0.4"),
+        ("runtime", "error", "run failed at step 0: out of memory"),
+    ]

@@ -14,7 +14,7 @@ from django.db.models import Max
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from gyre_core.events import storable_text
+from gyre_core.events import PhaseProgress, storable_text
 from gyre_web.runs.models import LogLevel, LogSource, Run, RunLogLine
 
 MAX_LINE_CHARS = 4000  # a longer line is cut, marked with "…"
@@ -73,3 +73,24 @@ def append_log_lines(*, run_id: int, lines: list[dict[str, Any]]) -> list[RunLog
         for i, line in enumerate(lines)
     ]
     return RunLogLine.objects.bulk_create(rows)
+
+
+def lines_of_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The log lines a reported run's events make (its reporter sends events, not its
+    terminal's lines): each ``phase_progress`` as a terminal shows it and each
+    ``run_status``, as runtime lines at the event's wall time."""
+    out = []
+    for e in events:
+        data, wall = e.get("data", {}), e.get("wall")
+        if e["kind"] == "phase_progress":
+            try:
+                line = PhaseProgress(t=0.0, **data).line()
+            except TypeError:  # checked on the way in (reporting._checked); never fail a batch
+                line = f"{data.get('phase')} {data.get('done')}/{data.get('total')}"
+            out.append({"time": wall, "source": "runtime", "level": "info", "text": line})
+        elif e["kind"] == "run_status":
+            text = f"run {data['status']} at step {data['step']}"
+            text += f": {data['message']}" if data.get("message") else ""
+            level = "error" if data["status"] == "failed" else "info"
+            out.append({"time": wall, "source": "runtime", "level": level, "text": text})
+    return out
