@@ -3,8 +3,10 @@ the logging handler) only append to a bounded buffer; a thread of its own writes
 buffer every ``interval`` seconds (its own database connection), so logging never waits
 on the database. What the buffer cannot hold is counted and reported as one line.
 
-Sources: ``runtime`` for gyre_core's loggers, Python warnings, the job's progress lines
-and its ``phase_progress`` events; ``worker`` for the rest (the Celery task's logging)."""
+Sources: ``runtime`` for gyre_core's loggers (any thread: the runtime starts its own),
+Python warnings, the job's progress lines and its ``phase_progress`` events; ``worker`` for
+the rest, from the task's own thread only (the Celery task's logging; the worker's watchdog
+thread logs about other runs)."""
 
 from __future__ import annotations
 
@@ -47,7 +49,10 @@ class _Handler(logging.Handler):
                 text += f" ({type(record.exc_info[1]).__name__}: {record.exc_info[1]})"
         except Exception:  # a bad format string: the raw message
             text = str(record.msg)
-        self.shipper.add(_source(record.name), level_name(record.levelno), text)
+        source = _source(record.name)
+        if source == "worker" and record.thread != self.shipper.owner:
+            return  # another thread of the worker (its watchdog reaps other runs)
+        self.shipper.add(source, level_name(record.levelno), text)
 
 
 class LogShipper:
@@ -60,6 +65,7 @@ class LogShipper:
         self.done = threading.Event()
         self.handler = _Handler(self)
         self.levels: dict[str, int] = {}
+        self.owner = 0
         self.thread = threading.Thread(target=self._loop, name=f"gyre-logs-{run_id}", daemon=True)
 
     def add(self, source: str, level: str, text: str) -> None:
@@ -79,6 +85,7 @@ class LogShipper:
             self.add("runtime", "info", event.line())
 
     def start(self) -> LogShipper:
+        self.owner = threading.get_ident()  # the task's thread: its worker lines are the run's
         root = logging.getLogger()
         root.addHandler(self.handler)
         logging.captureWarnings(True)

@@ -138,3 +138,38 @@ def test_a_reported_run_logs_its_phases_and_statuses_once(people, client_for, si
         ("runtime", "info", "warm start 2/4, loss 0.4"),
         ("runtime", "error", "run failed at step 0: out of memory"),
     ]
+
+
+def test_the_shipper_takes_the_task_thread_and_the_runtime_but_not_other_threads(run):
+    import logging
+    import threading
+    import warnings
+
+    from workers.logship import LogShipper
+
+    shipper = LogShipper(run.pk, interval=0.05).start()
+    try:
+        logging.getLogger("workers.tasks").info("task line")
+        logging.getLogger("workers.tasks").debug("too fine")
+        other = threading.Thread(
+            target=lambda: (
+                logging.getLogger("gyre_web.runs.services").warning("run 999: reaped"),
+                logging.getLogger("gyre_core.runtime.loop").info("from a runtime thread"),
+            )
+        )
+        other.start()
+        other.join()
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.warn("careful\x00now", UserWarning, stacklevel=1)
+    finally:
+        shipper.close()
+    got = list(
+        RunLogLine.objects.filter(run=run).order_by("seq").values_list("source", "level", "text")
+    )
+    assert got[:2] == [
+        ("worker", "info", "task line"),
+        ("runtime", "info", "from a runtime thread"),
+    ]
+    assert len(got) == 3 and got[2][:2] == ("runtime", "warning")
+    assert "UserWarning: careful\u2400now" in got[2][2]
