@@ -1,7 +1,8 @@
 """A launched run's log lines, shipped to ``RunLogLine`` off the run's path: ``add`` (and
 the logging handler) only append to a bounded buffer; a thread of its own writes the
-buffer every ``interval`` seconds (its own database connection), so logging never waits
-on the database. What the buffer cannot hold is counted and reported as one line.
+buffer every ``interval`` seconds, or at once when it is half full (its own database
+connection), so logging never waits on the database. What the buffer cannot hold is
+counted and reported as one line.
 
 Sources: ``runtime`` for gyre_core's loggers (any thread: the runtime starts its own),
 Python warnings, the job's progress lines and its ``phase_progress`` events; ``worker`` for
@@ -63,6 +64,7 @@ class LogShipper:
         self.dropped = 0
         self.lock = threading.Lock()
         self.done = threading.Event()
+        self.kick = threading.Event()  # write before the interval is up
         self.handler = _Handler(self)
         self.levels: dict[str, int] = {}
         self.owner = 0
@@ -74,6 +76,8 @@ class LogShipper:
                 self.dropped += 1
                 return
             self.buffer.append({"time": _now(), "source": source, "level": level, "text": text})
+            if len(self.buffer) == PENDING // 2:
+                self.kick.set()  # a burst: write now rather than at the next interval
 
     def progress(self, line: str) -> None:
         """``run_job``'s progress callback: a runtime line."""
@@ -104,6 +108,7 @@ class LogShipper:
         for name, level in self.levels.items():
             logging.getLogger(name).setLevel(level)
         self.done.set()
+        self.kick.set()
         self.thread.join(timeout=30)
 
     def _take(self) -> list[dict[str, Any]]:
@@ -123,18 +128,26 @@ class LogShipper:
 
     def _loop(self) -> None:
         try:
-            while not self.done.wait(self.interval):
+            while not self.done.is_set():
+                self.kick.wait(self.interval)
+                self.kick.clear()
                 self._write()
             self._write()
         finally:
             connection.close()
 
-    def _write(self) -> None:
+    def write_now(self) -> None:
+        """Store what the buffer holds from the calling thread (inside its transaction:
+        the worker commits a run's last lines with its final status)."""
+        self._write(own_connection=False)
+
+    def _write(self, own_connection: bool = True) -> None:
         lines = self._take()
         if not lines:
             return
         try:
-            close_old_connections()
+            if own_connection:
+                close_old_connections()
             append_log_lines(run_id=self.run_id, lines=lines)
         except Exception as err:  # the run goes on; its lines of this moment are lost
             log.warning("run %s: %d log lines not stored: %s", self.run_id, len(lines), err)

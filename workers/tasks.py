@@ -116,7 +116,15 @@ def _launch(task: Any, run_id: int, run: Run, resume: bool, shipper: LogShipper)
         except Exception:  # the batch is dropped; the run must still be marked failed
             log.exception("run %s: its last events could not be stored", run_id)
         message = error_line(err)  # one line for Run.error and the event: no server paths
-        _finish(run_id, sink, Status.FAILED, message, error=message, checkpoint_path=str(workdir))
+        _finish(
+            run_id,
+            sink,
+            shipper,
+            Status.FAILED,
+            message,
+            error=message,
+            checkpoint_path=str(workdir),
+        )
         return Status.FAILED
     sink.flush()
     if summary.get("status") == "cancelled":
@@ -126,17 +134,21 @@ def _launch(task: Any, run_id: int, run: Run, resume: bool, shipper: LogShipper)
     else:
         final = Status.SUCCEEDED
     error = str(summary.get("error", ""))
-    _finish(run_id, sink, final, error, error=error, checkpoint_path=str(workdir))
+    _finish(run_id, sink, shipper, final, error, error=error, checkpoint_path=str(workdir))
     return final
 
 
-def _finish(run_id: int, sink: DbSink, status: str, message: str = "", **fields: Any) -> None:
-    """The final status, the closing event and the released GPUs commit together, so a
-    reader who sees the run finished also sees its last event."""
+def _finish(
+    run_id: int, sink: DbSink, shipper: LogShipper, status: str, message: str = "", **fields: Any
+) -> None:
+    """The final status, the closing event, the log lines so far and the released GPUs
+    commit together, so a reader who sees the run finished also sees its last event and
+    its last log line."""
     with transaction.atomic():
         run = services.transition(run_id, status, **fields)
         said = f"run {run_id} {status} at step {run.step}" + (f": {message}" if message else "")
         log.log(logging.ERROR if status == Status.FAILED else logging.INFO, "%s", said)
+        shipper.write_now()
         close_role_intervals(run_id=run_id, t=sink.last_t)
         release_gpus(run_id=run_id)
         _status_event(sink, status, run.step, message)
