@@ -105,10 +105,13 @@ class JobSink:
     ``run_status``. The worker writes the run's one terminal event itself, with the final
     status (a cancelled job may end the run ``paused``) in the transaction that sets it."""
 
-    def __init__(self, sink: DbSink) -> None:
+    def __init__(self, sink: DbSink, on_event: Callable[[Event], None] | None = None) -> None:
         self.sink = sink
+        self.on_event = on_event  # the run's log shipper (a phase_progress makes a line)
 
     def emit(self, event: Event) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
         if not (isinstance(event, RunStatus) and event.status in TERMINAL):
             self.sink.emit(event)
 

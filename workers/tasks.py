@@ -4,6 +4,8 @@ from its checkpoint), have time limits, and retry on transient database errors."
 from __future__ import annotations
 
 import logging
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,6 +19,7 @@ from gyre_web.runs.models import Run, Status
 
 from gyre_core.events import RunStatus
 from workers.celery_app import app
+from workers.logship import LogShipper
 from workers.sink import DbSink, JobSink
 
 log = logging.getLogger(__name__)
@@ -66,13 +69,20 @@ def _status_event(sink: DbSink, status: str, step: int, message: str = "") -> No
 )
 def launch_run(self: Any, run_id: int) -> str:
     """queued -> starting -> running -> succeeded | failed | cancelled | paused."""
-    from gyre_core.config import RunConfig
-    from gyre_core.runtime import error_line, run_job
-
     claimed = services.claim_launch(run_id=run_id, task_id=self.request.id or "")
     if claimed is None:
         return "skipped"
-    run, resume = claimed
+    shipper = LogShipper(run_id).start()  # the run's log lines, until it ends
+    try:
+        return _launch(self, run_id, *claimed, shipper)
+    finally:
+        shipper.close()
+
+
+def _launch(task: Any, run_id: int, run: Run, resume: bool, shipper: LogShipper) -> str:
+    from gyre_core.config import RunConfig
+    from gyre_core.runtime import error_line, run_job
+
     workdir = Path(settings.GYRE_RUNS_DIR) / str(run_id)
     workdir.mkdir(parents=True, exist_ok=True)
     continuing = resume  # a resume request or a takeover, with or without a checkpoint
@@ -81,6 +91,8 @@ def launch_run(self: Any, run_id: int) -> str:
     sink = DbSink(run_id, stop=stop)
     if run.status == Status.STARTING:
         services.transition(run_id, Status.RUNNING)
+    how = "resumed" if continuing else "started"
+    log.info("run %s %s at step %s (task %s)", run_id, how, run.step, task.request.id)
     _status_event(sink, Status.RUNNING, run.step, "resumed" if continuing else "started")
     try:
         # The run's config as create_run validated and stored it (RunConfig.to_dict): rebuilt
@@ -88,8 +100,15 @@ def launch_run(self: Any, run_id: int) -> str:
         cfg = RunConfig.from_dict(run.config)
         if cfg.backend == "sim":  # replayed at the configured speed (0: as fast as it computes)
             sink.pace = cfg.sim.speed
-        job_sink = JobSink(sink)  # the run's one terminal event is _finish's
-        summary = run_job(cfg, sink=job_sink, workdir=workdir, should_stop=stop, resume=resume)
+        job_sink = JobSink(sink, shipper.event)  # the run's one terminal event is _finish's
+        summary = run_job(
+            cfg,
+            sink=job_sink,
+            workdir=workdir,
+            should_stop=stop,
+            resume=resume,
+            progress=shipper.progress,
+        )
     except Exception as err:
         log.exception("run %s failed", run_id)  # the traceback stays in the worker's log
         try:
@@ -97,7 +116,15 @@ def launch_run(self: Any, run_id: int) -> str:
         except Exception:  # the batch is dropped; the run must still be marked failed
             log.exception("run %s: its last events could not be stored", run_id)
         message = error_line(err)  # one line for Run.error and the event: no server paths
-        _finish(run_id, sink, Status.FAILED, message, error=message, checkpoint_path=str(workdir))
+        _finish(
+            run_id,
+            sink,
+            shipper,
+            Status.FAILED,
+            message,
+            error=message,
+            checkpoint_path=str(workdir),
+        )
         return Status.FAILED
     sink.flush()
     if summary.get("status") == "cancelled":
@@ -107,15 +134,21 @@ def launch_run(self: Any, run_id: int) -> str:
     else:
         final = Status.SUCCEEDED
     error = str(summary.get("error", ""))
-    _finish(run_id, sink, final, error, error=error, checkpoint_path=str(workdir))
+    _finish(run_id, sink, shipper, final, error, error=error, checkpoint_path=str(workdir))
     return final
 
 
-def _finish(run_id: int, sink: DbSink, status: str, message: str = "", **fields: Any) -> None:
-    """The final status, the closing event and the released GPUs commit together, so a
-    reader who sees the run finished also sees its last event."""
+def _finish(
+    run_id: int, sink: DbSink, shipper: LogShipper, status: str, message: str = "", **fields: Any
+) -> None:
+    """The final status, the closing event, the log lines so far and the released GPUs
+    commit together, so a reader who sees the run finished also sees its last event and
+    its last log line."""
     with transaction.atomic():
         run = services.transition(run_id, status, **fields)
+        said = f"run {run_id} {status} at step {run.step}" + (f": {message}" if message else "")
+        log.log(logging.ERROR if status == Status.FAILED else logging.INFO, "%s", said)
+        shipper.write_now()
         close_role_intervals(run_id=run_id, t=sink.last_t)
         release_gpus(run_id=run_id)
         _status_event(sink, status, run.step, message)
@@ -170,3 +203,38 @@ def sync_ray_inventory() -> dict[str, int]:
         return {}
     records = read_inventory(str(settings.RAY_ADDRESS))
     return sync_inventory(nodes=[r.to_dict() for r in records])
+
+
+EXPORT_TIME_LIMIT = 3600  # seconds one export may take
+
+
+@app.task(time_limit=EXPORT_TIME_LIMIT + 60)
+def export_checkpoint(export_id: int) -> str:
+    """A run checkpoint as a Hugging Face directory: ``gyre export`` in a subprocess (it
+    imports torch and transformers), written beside and renamed into place when whole."""
+    paths = services.claim_export(export_id=export_id)
+    if paths is None:
+        return "skipped"
+    out = Path(paths["out"])
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "gyre_core.cli.main", "export", paths["checkpoint"],
+            str(partial), "--model-dir", paths["model"], "--force"]  # fmt: skip
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=EXPORT_TIME_LIMIT)
+    except subprocess.TimeoutExpired:
+        services.finish_export(export_id=export_id, error=f"took over {EXPORT_TIME_LIMIT} s")
+        return "failed"
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines() or [f"exit {done.returncode}"]
+        error = lines[-1].replace(paths["run_folder"], "<run folder>")  # no server paths
+        log.warning("export %s failed: %s", export_id, lines[-1])
+        shutil.rmtree(partial, ignore_errors=True)
+        services.finish_export(export_id=export_id, error=error)
+        return "failed"
+    shutil.rmtree(out, ignore_errors=True)
+    partial.rename(out)
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    services.finish_export(export_id=export_id, size_bytes=size)
+    return "done"

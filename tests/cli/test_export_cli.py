@@ -27,14 +27,19 @@ SHAPE = ModelShape(300, layers=1, hidden=64, heads=2, kv_heads=1, head_dim=32, i
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run folder: ``model/`` and plain checkpoints of versions 1 and 2 (a half-written
     step-3 without state.json beside them)."""
-    root = tmp_path_factory.mktemp("export-cli") / "run"
+    root = run_folder(tmp_path_factory.mktemp("export-cli") / "run")
+    (root / "checkpoints" / "step-00000003").mkdir()
+    return root
+
+
+def run_folder(root: Path) -> Path:
+    """The folder a real run leaves: ``model/`` and plain checkpoints of versions 1, 2."""
     init_checkpoint(root / "model", SHAPE, corpus=["status ok " * 40])
     model = AutoModelForCausalLM.from_pretrained(str(root / "model"), dtype=torch.float32)
     trainer = make_trainer(model)
     for _ in range(2):
         trainer.step(_batch())
         save_checkpoint(root / "checkpoints", trainer)
-    (root / "checkpoints" / "step-00000003").mkdir()
     return root
 
 

@@ -4,9 +4,12 @@ and a non-member is refused. Screenshots of the main pages go to docs/screenshot
 
 from __future__ import annotations
 
+import io
 import json
 import re
+import tarfile
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -411,7 +414,8 @@ REAL = {
 
 def test_a_small_real_run_moves_the_timeline_and_rollouts_live(page, server):
     """A real run (Ray units, torch engines, a trainer) launched from the browser's session:
-    the role timeline gains lanes and rollouts finish while the page watches."""
+    the role timeline gains lanes and rollouts finish while the page watches; its newest
+    checkpoint downloads, and exports from the table as a Hugging Face directory."""
     login(page, server, "demo", "demo-pass")
     run = _api_post(page, server, "/api/runs/",
                     {"experiment": server.seed["experiment"], "name": "real", "config": REAL})  # fmt: skip
@@ -443,6 +447,15 @@ def test_a_small_real_run_moves_the_timeline_and_rollouts_live(page, server):
     assert view.get_attribute("data-metrics").startswith("cpu_pct,rss_mb")
     for title in ("CPU % (100 = one core)", "memory (RSS, MB)"):
         assert page.locator(f"[data-testid='chart-{title}'] canvas").count() == 1
+    # exported as a Hugging Face directory from the table (a worker runs `gyre export`)
+    page.locator("[data-testid=checkpoints] button:has-text('export')").last.click()
+    link = page.locator("[data-testid=checkpoints] a:has-text('download HF directory')")
+    link.wait_for(timeout=300_000)
+    got = page.request.get(server.url + str(link.get_attribute("href")))
+    assert got.ok and got.headers["content-type"] == "application/x-tar"
+    with tarfile.open(fileobj=io.BytesIO(got.body())) as tar:
+        names = {Path(n).name for n in tar.getnames()}
+    assert {"config.json", "model.safetensors"} <= names, names
     shot(page, "run-real")
     section = page.locator("section", has=page.locator("[data-testid=sys-metrics]"))
     section.screenshot(path=str(SHOTS / "sysmetrics.png"))

@@ -14,7 +14,7 @@ from gyre_web.sweeps.services import create_sweep
 from gyre_web.teams import services as teams
 from gyre_web.trajectories.services import create_tree
 
-from tests.platform.uploads import fake_checkpoint
+from tests.platform.uploads import fake_checkpoint, fake_export
 
 pytestmark = pytest.mark.django_db
 TEAM_SCOPED = (
@@ -45,6 +45,7 @@ def world(people, sim_config):
                                                             "preview": "root"}])  # fmt: skip
     gpu = register_gpu(node_name="n", index=0)
     fake_checkpoint(run.pk, 1)
+    fake_export(run.pk, 1)
     token, _ = teams.create_api_token(user=people["member"], name="t")
     link, share_key = teams.create_share_link(created_by=people["owner"], run=run)
     hook = create_webhook(team=people["team"], url="http://127.0.0.1:9/hook", events=["failed"])
@@ -122,6 +123,7 @@ def test_every_write_as_a_viewer_is_refused(world, people, client_for, sim_confi
         ("post", f"/api/runs/{ids['runs']}/pause/", None),
         ("post", f"/api/runs/{ids['runs']}/resume/", None),
         ("post", f"/api/runs/{ids['runs']}/fork/", {}),
+        ("post", f"/api/runs/{ids['runs']}/checkpoints/1/export/", None),
         ("patch", f"/api/teams/{ids['teams']}/", {"name": "n"}),
         ("delete", f"/api/teams/{ids['teams']}/", None),
         ("post", f"/api/teams/{ids['teams']}/members/", {"username": "viewer", "role": "owner"}),

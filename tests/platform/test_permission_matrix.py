@@ -37,7 +37,7 @@ from gyre_web.teams import services as teams
 from gyre_web.trajectories.services import create_tree, record_rollout_events
 from rest_framework.test import APIClient
 
-from tests.platform.uploads import fake_checkpoint, synth_jsonl
+from tests.platform.uploads import fake_checkpoint, fake_export, synth_jsonl
 
 pytestmark = pytest.mark.django_db
 ORIGIN = [(b"origin", b"http://localhost")]
@@ -219,7 +219,11 @@ OPS: dict[tuple[str, str], Op] = {
     ("POST", "/api/runs/{id}/report-events/"): Op("write", fresh=_reported_run, body=_batch),
     ("GET", "/api/runs/{id}/events/"): Op("read", shared=True),
     ("GET", "/api/runs/{id}/checkpoints/"): Op("read", shared=True),
+    ("GET", "/api/runs/{id}/logs/"): Op("read", shared=True),
     ("GET", "/api/runs/{id}/checkpoints/{version}/download/"): Op("read"),
+    ("POST", "/api/runs/{id}/checkpoints/{version}/export/"): Op("write"),
+    ("GET", "/api/runs/{id}/checkpoints/{version}/export/"): Op("read"),
+    ("GET", "/api/runs/{id}/checkpoints/{version}/export/download/"): Op("read"),
     ("GET", "/api/runs/{id}/metrics/"): Op("read", shared=True),
     ("GET", "/api/runs/{id}/roles/"): Op("read", shared=True),
     ("GET", "/api/runs/metrics/"): Op("read", shared=True, query="runs={run}"),
@@ -321,6 +325,7 @@ def world(people, sim_config) -> dict[str, Any]:
     )
     gpu = register_gpu(node_name="n0", index=0)
     fake_checkpoint(run.pk, 1)
+    fake_export(run.pk, 1)  # done: the POST answers it as it stands, queues nothing
     clients = {}
     keys = {}
     for who, user in users.items():

@@ -46,3 +46,18 @@ def fake_checkpoint(run_id: int, version: int, size: int = 1000) -> None:
     path.mkdir(parents=True, exist_ok=True)
     (path / "state.json").write_text(json.dumps({"version": version}))
     (path / "model.safetensors").write_bytes(b"\x01" * size)
+
+
+def fake_export(run_id: int, version: int) -> None:
+    """A done Hugging Face export of the run's checkpoint ``version`` (a config file in
+    its folder), as the export task leaves it."""
+    from django.utils import timezone
+    from gyre_web.runs.exports import export_dir
+    from gyre_web.runs.models import CheckpointExport
+
+    path = export_dir(run_id, version)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text("{}")
+    CheckpointExport.objects.create(
+        run_id=run_id, version=version, status="done", size_bytes=2, finished_at=timezone.now()
+    )

@@ -114,3 +114,19 @@ export type SchemaEntry = {
   above?: number;
 };
 export type ConfigSchema = Record<string, SchemaEntry>;
+
+export type LogLevel = "debug" | "info" | "warning" | "error";
+
+export interface LogLine {
+  seq: number;
+  time: string;
+  source: "runtime" | "worker";
+  level: LogLevel;
+  text: string;
+}
+
+export interface LogPage {
+  run: number;
+  last_seq: number; // the newest line stored, whatever the filter
+  lines: LogLine[];
+}

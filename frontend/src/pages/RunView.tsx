@@ -1,11 +1,13 @@
 // One run, live: status and controls, the current long phase (model build, warm start,
 // benchmark, ...), GPU role timeline, rollout progress, metrics, trajectory trees, the
-// checkpoints (download for the team's members) and the event log. Controls show only to a caller who may use them
+// checkpoints (download for the team's members, export to a Hugging Face directory for its
+// writers), the log lines and the event log. Controls show only to a caller who may use them
 // (`can_edit` from the API: a writer in the run's team); `readOnly` hides them (share links).
 
 import { useEffect, useState } from "react";
 import { useNavigate } from "react-router-dom";
 import { EventLog } from "../components/EventLog";
+import { LogsPanel } from "../components/LogsPanel";
 import { MetricsGrid } from "../components/MetricsGrid";
 import { PhaseBar } from "../components/PhaseBar";
 import { RoleTimelineView } from "../components/RoleTimelineView";
@@ -13,17 +15,10 @@ import { SysMetricsView } from "../components/SysMetricsView";
 import { RolloutPanel } from "../components/RolloutPanel";
 import { TreeBrowser } from "../components/TreeBrowser";
 import { api, listAll } from "../lib/api";
+import { type Checkpoint, exportCell, exportsPending } from "../lib/checkpoints";
 import { treeLabel } from "../lib/tree";
 import type { Run, TreeInfo } from "../lib/types";
 import { useRunLive } from "../lib/useRunLive";
-
-interface Checkpoint {
-  step: number;
-  version: number;
-  size_bytes: number;
-  created_at: string;
-  benchmark: Record<string, number>;
-}
 
 export function RunView({ runId, readOnly = false }: { runId: number; readOnly?: boolean }) {
   const [run, setRun] = useState<Run | null>(null);
@@ -60,11 +55,26 @@ export function RunView({ runId, readOnly = false }: { runId: number; readOnly?:
   }, [runId, live.lastStatus]);
 
   const reached = run?.step;
+  const [asked, setAsked] = useState(0); // an export was asked for: read the table again
+  const pending = exportsPending(checkpoints);
   useEffect(() => {
+    let timer: ReturnType<typeof setTimeout> | undefined;
     api<Checkpoint[]>(`/api/runs/${runId}/checkpoints/`)
       .then((list) => setCheckpoints(Array.isArray(list) ? list : []))
       .catch(() => setCheckpoints([]));
-  }, [runId, live.lastStatus, reached]);
+    if (pending) timer = setTimeout(() => setAsked((n) => n + 1), 2000); // until the export ends
+    return () => clearTimeout(timer);
+  }, [runId, live.lastStatus, reached, asked, pending]);
+
+  const exportCheckpoint = async (version: number) => {
+    setError("");
+    try {
+      await api(`/api/runs/${runId}/checkpoints/${version}/export/`, { method: "POST", json: {} });
+      setAsked((n) => n + 1);
+    } catch (e) {
+      setError(String(e));
+    }
+  };
 
   const act = async (verb: string) => {
     setError("");
@@ -170,6 +180,7 @@ export function RunView({ runId, readOnly = false }: { runId: number; readOnly?:
                 <th>size</th>
                 <th>benchmark at this step</th>
                 <th />
+                <th>Hugging Face export</th>
               </tr>
             </thead>
             <tbody>
@@ -184,6 +195,7 @@ export function RunView({ runId, readOnly = false }: { runId: number; readOnly?:
                       .join(", ") || "—"}
                   </td>
                   <td>{!readOnly && <a href={`/api/runs/${runId}/checkpoints/${c.version}/download/`}>download</a>}</td>
+                  <ExportTd runId={runId} c={c} canExport={canEdit} canDownload={!readOnly} onExport={exportCheckpoint} />
                 </tr>
               ))}
             </tbody>
@@ -191,9 +203,39 @@ export function RunView({ runId, readOnly = false }: { runId: number; readOnly?:
         )}
       </section>
       <section>
+        <h3>Logs</h3>
+        <LogsPanel runId={runId} active={active} />
+      </section>
+      <section>
         <h3>Event log</h3>
         <EventLog events={live.events} version={version} />
       </section>
     </div>
+  );
+}
+
+function ExportTd(props: {
+  runId: number;
+  c: Checkpoint;
+  canExport: boolean;
+  canDownload: boolean;
+  onExport: (version: number) => Promise<void>;
+}) {
+  const { runId, c } = props;
+  const cell = exportCell(c.export, props.canExport, props.canDownload);
+  return (
+    <td data-testid={`export-${c.version}`}>
+      <span className="export-status">{cell.text}</span>{" "}
+      {cell.canAsk && (
+        <button onClick={() => void props.onExport(c.version)} data-testid={`export-button-${c.version}`}>
+          {c.export ? "export again" : "export"}
+        </button>
+      )}
+      {cell.canDownload && (
+        <a href={`/api/runs/${runId}/checkpoints/${c.version}/export/download/`} data-testid={`export-download-${c.version}`}>
+          download HF directory
+        </a>
+      )}
+    </td>
   );
 }

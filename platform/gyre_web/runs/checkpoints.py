@@ -1,5 +1,5 @@
 """A launched run's checkpoints, read from its folder: listed with their step, version,
-size and the benchmark at that step, and streamed as a tar for download."""
+size, the benchmark at that step and its export's status, and streamed as a tar."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from django.http import StreamingHttpResponse
+
 from gyre_core.train.checkpoint_dirs import STATE_FILE, checkpoints
-from gyre_web.runs.models import BenchmarkScore, Run
+from gyre_web.runs.models import BenchmarkScore, CheckpointExport, Run
 from gyre_web.runs.services import run_dir
 
 CHUNK = 1 << 20
@@ -32,6 +34,7 @@ def list_checkpoints(run: Run) -> list[dict[str, Any]]:
         "step", "suite", "score"
     ):
         scores.setdefault(step, {})[suite] = score
+    exported = {e.version: e.as_message() for e in CheckpointExport.objects.filter(run=run)}
     out = []
     for version, path in checkpoints(folder(run)):
         made = (path / STATE_FILE).stat().st_mtime
@@ -42,6 +45,7 @@ def list_checkpoints(run: Run) -> list[dict[str, Any]]:
                 "size_bytes": _size(path),
                 "created_at": datetime.fromtimestamp(made, UTC).isoformat(),
                 "benchmark": scores.get(version, {}),
+                "export": exported.get(version),  # its Hugging Face export, if asked for
             }
         )
     return out
@@ -78,3 +82,10 @@ def tar_stream(path: Path) -> Iterator[bytes]:
                 tar.addfile(info, fh)
             yield sink.take()
     yield sink.take()
+
+
+def tar_response(path: Path, name: str) -> StreamingHttpResponse:
+    """``path`` streamed as a tar download named ``name``."""
+    response = StreamingHttpResponse(tar_stream(path), content_type="application/x-tar")
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response

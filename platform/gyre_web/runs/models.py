@@ -203,3 +203,79 @@ class RunEvent(models.Model):
             "wall": self.wall.isoformat(),
             "data": self.data,
         }
+
+
+class LogSource(models.TextChoices):
+    RUNTIME = "runtime"  # the job: gyre_core's logging, progress lines, phase_progress
+    WORKER = "worker"  # the Celery task that runs it (launch, finish, failure)
+
+
+class LogLevel(models.TextChoices):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+class RunLogLine(models.Model):
+    """One line of a run's log (``runs/logs.py`` writes them: at most
+    ``GYRE_RUN_LOG_MAX_LINES`` a run, each at most ``logs.MAX_LINE_CHARS``, NUL made ␀)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="log_lines")
+    seq = models.BigIntegerField()  # contiguous per run from 1
+    time = models.DateTimeField()
+    source = models.CharField(max_length=8, choices=LogSource.choices)
+    level = models.CharField(max_length=8, choices=LogLevel.choices)
+    text = models.TextField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="one_log_line_per_seq")]
+
+    def as_message(self) -> dict[str, object]:
+        return {
+            "seq": self.seq,
+            "time": self.time.isoformat(),
+            "source": self.source,
+            "level": self.level,
+            "text": self.text,
+        }
+
+
+class ExportStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class CheckpointExport(models.Model):
+    """A run checkpoint written as a Hugging Face model directory by a worker (``gyre
+    export`` in a subprocess: it imports torch, which the web never does); one per
+    checkpoint version, asked again after a failure (``runs/exports.py``)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="exports")
+    version = models.IntegerField()
+    status = models.CharField(max_length=8, choices=ExportStatus.choices, default="queued")
+    error = models.TextField(blank=True)
+    size_bytes = models.BigIntegerField(default=0)
+    task_id = models.CharField(max_length=64, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "version"], name="one_export_per_version")
+        ]
+
+    def as_message(self) -> dict[str, object]:
+        return {
+            "version": self.version,
+            "status": self.status,
+            "error": self.error,
+            "size_bytes": self.size_bytes,
+            "created_at": self.created_at.isoformat(),
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+        }

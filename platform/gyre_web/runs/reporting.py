@@ -20,6 +20,7 @@ from django.utils import timezone
 from gyre_core.events import EVENT_TYPES
 from gyre_web.cluster.services import record_role_changes
 from gyre_web.runs import services
+from gyre_web.runs.logs import lines_of_events
 from gyre_web.runs.models import ACTIVE, Experiment, Run, Source, Status
 from gyre_web.trajectories.services import record_rollout_events
 
@@ -158,6 +159,7 @@ def ingest(*, run_id: int, first: int, events: Any) -> dict[str, Any]:
             run_id=run.pk, events=[e for e in fresh if e["kind"] in ROLLOUT_KINDS]
         )
         record_role_changes(run_id=run.pk, events=[e for e in fresh if e["kind"] == "role_change"])
+        services.append_log_lines(run_id=run.pk, lines=lines_of_events(fresh))
         Run.objects.filter(pk=run.pk).update(reported_seq=expected - 1 + len(fresh))
         last = rows[-1].seq
         transaction.on_commit(lambda: services.wake_subscribers(run.pk, last))

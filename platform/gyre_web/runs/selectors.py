@@ -131,3 +131,31 @@ def metric_series(*, run_ids: list[int], names: list[str], points: int = 500) ->
             for (run_id, name), pts in sorted(series.items())
         ],
     }
+
+
+def log_lines(
+    *,
+    run_id: int,
+    after: int = 0,
+    limit: int = 500,
+    q: str = "",
+    level: str = "",
+    source: str = "",
+    tail: bool = False,
+) -> dict[str, Any]:
+    """The run's log lines after ``after`` (by seq), at most ``limit``: those containing
+    ``q`` (any case), of ``level`` or above, from ``source``. ``tail``: the last ``limit``
+    of them instead of the first. ``last_seq`` is the newest line stored (any filter)."""
+    from gyre_web.runs.logs import LEVELS
+    from gyre_web.runs.models import RunLogLine
+
+    rows = RunLogLine.objects.filter(run_id=run_id, seq__gt=after)
+    if q:
+        rows = rows.filter(text__icontains=q)
+    if level:
+        rows = rows.filter(level__in=LEVELS[LEVELS.index(level) :])
+    if source:
+        rows = rows.filter(source=source)
+    page = list(rows.order_by("-seq")[:limit])[::-1] if tail else list(rows.order_by("seq")[:limit])
+    last = RunLogLine.objects.filter(run_id=run_id).aggregate(m=Max("seq"))["m"] or 0
+    return {"run": run_id, "last_seq": last, "lines": [r.as_message() for r in page]}

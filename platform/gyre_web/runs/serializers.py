@@ -246,3 +246,6 @@ class CheckpointSerializer(serializers.Serializer):
     benchmark = serializers.DictField(
         child=serializers.FloatField(), help_text="suite -> score at this step"
     )
+    export = serializers.JSONField(
+        allow_null=True, help_text="its Hugging Face export (as .../export/ reads it), or null"
+    )

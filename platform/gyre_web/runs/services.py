@@ -19,6 +19,8 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from gyre_web.runs import rollups
+from gyre_web.runs.exports import claim_export, finish_export  # checkpoint exports
+from gyre_web.runs.logs import append_log_lines, level_name  # the run log's writes
 from gyre_web.runs.models import (
     ACTIVE,
     TRANSITIONS,
@@ -35,6 +37,8 @@ from gyre_web.runs.models import (
 from gyre_web.wake import wake
 
 log = logging.getLogger(__name__)
+# with the functions below (no star import): what the workers use of logs and exports
+__all__ = ["append_log_lines", "claim_export", "finish_export", "level_name"]
 # A send while the broker is down fails after about a second, not kombu's default retries.
 SEND_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 0.5}
 WORKING = (Status.STARTING, Status.RUNNING)  # a worker holds the run (and heartbeats)
@@ -140,6 +144,14 @@ def send_launch(row: LaunchOutbox) -> bool:
         return False
     done.update(attempts=F("attempts") + 1, attempted_at=now, sent_at=now, last_error="")
     return True
+
+
+def send_task(name: str, args: list[Any], task_id: str) -> None:
+    """Send a Celery task by name (dispatch only: the platform imports no worker code);
+    a broker error raises after about a second."""
+    from workers.celery_app import app
+
+    app.send_task(name, args=args, task_id=task_id, retry_policy=SEND_RETRY)
 
 
 def dispatch_launches(*, limit: int = 100) -> int:

@@ -27,6 +27,8 @@ from gyre_web.access import require_role, share_link_of
 from gyre_web.cluster import selectors as cluster_selectors
 from gyre_web.openapi import ERROR
 from gyre_web.runs import checkpoints, reporting, selectors, services
+from gyre_web.runs.export_views import CheckpointExportMixin
+from gyre_web.runs.log_views import RunLogsMixin
 from gyre_web.runs.models import Experiment, Run
 from gyre_web.runs.serializers import (
     CheckpointSerializer,
@@ -144,6 +146,8 @@ class RunFilter(filters.FilterSet):
 
 
 class RunViewSet(
+    RunLogsMixin,
+    CheckpointExportMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
@@ -322,12 +326,7 @@ class RunViewSet(
         path = checkpoints.find(run, int(version))
         if path is None:
             raise Http404(f"run {run.pk} has no checkpoint of version {version}")
-        response = StreamingHttpResponse(
-            checkpoints.tar_stream(path), content_type="application/x-tar"
-        )
-        name = f"run-{run.pk}-{path.name}.tar"
-        response["Content-Disposition"] = f'attachment; filename="{name}"'
-        return response
+        return checkpoints.tar_response(path, f"run-{run.pk}-{path.name}.tar")
 
     @extend_schema(
         responses=EventPageSerializer,

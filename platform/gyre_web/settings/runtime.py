@@ -30,3 +30,6 @@ GYRE_IMPORT_MAX_LINE_BYTES = int(env_float("GYRE_IMPORT_MAX_LINE_BYTES", 8 * 2**
 # Runs may name an external agent (rollout.agent, rollout.agent_command): code the workers
 # import or run. Off unless the operator allows it; a run naming one is refused by field.
 GYRE_EXTERNAL_AGENTS = env_bool("GYRE_EXTERNAL_AGENTS", False)
+# A run's stored log lines (GET /api/runs/{id}/logs/): at most this many a run; the
+# line past it says the limit was reached and later lines are dropped.
+GYRE_RUN_LOG_MAX_LINES = int(env_float("GYRE_RUN_LOG_MAX_LINES", 50000))
