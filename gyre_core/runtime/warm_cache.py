@@ -77,6 +77,7 @@ def cache_key(cfg: RunConfig, model_dir: Path) -> str:
     h.update(json.dumps(settings, sort_keys=True).encode())
     if cfg.train.warm_start_data:  # the demonstrations themselves, not only their path
         h.update(Path(cfg.train.warm_start_data).read_bytes())
+        h.update(cfg.model.chat_template.encode())  # a message log's tokens depend on it
     for name in _MODEL_FILES:
         path = model_dir / name
         h.update(path.read_bytes() if path.exists() else b"-")
