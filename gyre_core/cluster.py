@@ -115,9 +115,9 @@ class ClusterConfig:
     )
     object_store_mb: int = config_field(256, "Ray object store cap for a local cluster", min=64)
     sysmetrics_s: float = config_field(
-        5.0,
+        0.0,
         "seconds between samples of each unit's CPU, memory and GPUs (NVML) into "
-        "sys_metrics events of a real run (0: none)",
+        "sys_metrics events of a real run (0, the default: none)",
         min=0,
         max=3600,
     )

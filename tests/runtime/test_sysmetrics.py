@@ -118,7 +118,7 @@ def test_the_rate_is_validated() -> None:
     for bad in (-1, 1e9):
         with pytest.raises(ConfigError, match=r"cluster\.sysmetrics_s"):
             RunConfig.from_dict({"cluster": {"sysmetrics_s": bad}})
-    assert RunConfig.from_dict({}).cluster.sysmetrics_s == 5.0
+    assert RunConfig.from_dict({}).cluster.sysmetrics_s == 0.0
 
 
 @pytest.mark.slow
