@@ -189,9 +189,8 @@ class SysMetricsPoller:
     async def stop(self) -> None:
         for task in self.tasks:
             task.cancel()
-        for task in self.tasks:
-            with contextlib.suppress(BaseException):
-                await task
+        # their CancelledError comes back as a result; a cancel of the caller still raises
+        await asyncio.gather(*self.tasks, return_exceptions=True)
         self.tasks = []
 
     async def _poll(self, slot: Any) -> None:
