@@ -80,7 +80,6 @@ def launch_run(self: Any, run_id: int) -> str:
 
 
 def _launch(task: Any, run_id: int, run: Run, resume: bool, shipper: LogShipper) -> str:
-    from gyre_core.config import RunConfig
     from gyre_core.runtime import error_line, run_job
 
     workdir = Path(settings.GYRE_RUNS_DIR) / str(run_id)
@@ -89,15 +88,26 @@ def _launch(task: Any, run_id: int, run: Run, resume: bool, shipper: LogShipper)
     resume = resume and any(workdir.iterdir())
     stop = StopFlag(run_id)
     sink = DbSink(run_id, stop=stop)
+    try:
+        # The stored config decided again under this worker's own settings (its agents
+        # flag, plugin allow-list, roots and addresses): what it refuses never starts.
+        # -> the config as it runs: names resolved to paths, the operator's addresses.
+        cfg = services.runnable_config(run)
+    except services.ConfigInvalid as err:
+        message = f"refused by this worker's settings: {err}"
+        _finish(run_id, sink, shipper, Status.FAILED, message, error=message)
+        return Status.FAILED
+    except Exception as err:  # gyre_core's ConfigError: the stored config is not a config
+        message = error_line(err)
+        _finish(run_id, sink, shipper, Status.FAILED, message, error=message)
+        return Status.FAILED
     if run.status == Status.STARTING:
         services.transition(run_id, Status.RUNNING)
     how = "resumed" if continuing else "started"
     log.info("run %s %s at step %s (task %s)", run_id, how, run.step, task.request.id)
     _status_event(sink, Status.RUNNING, run.step, "resumed" if continuing else "started")
     try:
-        # The run's config as create_run validated and stored it (RunConfig.to_dict): rebuilt
-        # here once, and the object goes on to the runtime (its Ray actors get it too).
-        cfg = RunConfig.from_dict(run.config)
+        # The object goes on to the runtime (its Ray actors get it too).
         if cfg.backend == "sim":  # replayed at the configured speed (0: as fast as it computes)
             sink.pace = cfg.sim.speed
         job_sink = JobSink(sink, shipper.event)  # the run's one terminal event is _finish's

@@ -35,7 +35,8 @@ def tokenizer(tmp_path):
 
 
 @pytest.fixture
-def run(people, tokenizer):
+def run(people, tokenizer, settings):
+    settings.GYRE_DATA_ROOTS = [tokenizer[1]]  # the operator lets runs read the model's folder
     exp = services.create_experiment(team=people["team"], name="payloads")
     config = {"backend": "real", "steps": 2, "model": {"checkpoint": str(tokenizer[1])}}
     return services.create_run(experiment=exp, config=config, launch=False)

@@ -70,7 +70,9 @@ def claim_export(*, export_id: int) -> dict[str, str] | None:
     export.save(update_fields=["status"])
     model = checkpoint.parent.parent / "model"  # the run's own model folder, where it made one
     if not (model / "config.json").is_file():  # else the model it started from
-        model = Path(str((export.run.config.get("model") or {}).get("checkpoint") or model))
+        from gyre_web.runs.config_policy import model_folder
+
+        model = Path(model_folder(export.run) or model)
     return {
         "checkpoint": str(checkpoint),
         "model": str(model),

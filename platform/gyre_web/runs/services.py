@@ -18,7 +18,8 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from gyre_web.runs import rollups
+from gyre_web.runs import config_policy, rollups
+from gyre_web.runs.config_policy import ConfigInvalid
 from gyre_web.runs.exports import claim_export, finish_export  # checkpoint exports
 from gyre_web.runs.logs import append_log_lines, level_name  # the run log's writes
 from gyre_web.runs.models import (
@@ -38,7 +39,7 @@ from gyre_web.wake import wake
 
 log = logging.getLogger(__name__)
 # with the functions below (no star import): what the workers use of logs and exports
-__all__ = ["append_log_lines", "claim_export", "finish_export", "level_name"]
+__all__ = ["ConfigInvalid", "append_log_lines", "claim_export", "finish_export", "level_name"]
 # A send while the broker is down fails after about a second, not kombu's default retries.
 SEND_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 0.5}
 WORKING = (Status.STARTING, Status.RUNNING)  # a worker holds the run (and heartbeats)
@@ -48,18 +49,13 @@ class IllegalTransition(ValueError):
     pass
 
 
-class ConfigInvalid(ValueError):
-    """The run config failed gyre_core validation; ``errors`` = [(field path, message)]."""
-
-    def __init__(self, errors: list[tuple[str, str]]) -> None:
-        super().__init__("; ".join(f"{f}: {m}" for f, m in errors))
-        self.errors = errors
-
-
-def validate_config(config: Any, *, runs_here: bool = True) -> Any:
+def validate_config(
+    config: Any, *, runs_here: bool = True, team_id: int | None = None, user: Any = None
+) -> Any:
     """-> gyre_core RunConfig, or ConfigInvalid listing every bad field. ``runs_here``:
-    the platform's workers would run it (a reported run runs elsewhere, so its external
-    agents are its reporter's business)."""
+    the platform's workers would run it, so what it may name is the operator's rule
+    (``config_policy``) for a run of team ``team_id`` launched by ``user``; a reported run
+    runs elsewhere, its plugins, paths and agents are its reporter's business."""
     from gyre_core.config import ConfigError, RunConfig
 
     if not isinstance(config, dict):
@@ -68,14 +64,15 @@ def validate_config(config: Any, *, runs_here: bool = True) -> Any:
         cfg = RunConfig.from_dict(config)
     except ConfigError as err:
         raise ConfigInvalid(list(err.errors) or [("config", str(err))]) from None
-    if runs_here and not settings.GYRE_EXTERNAL_AGENTS:
-        problem = "external agents run code on the workers; this platform does not allow them (GYRE_EXTERNAL_AGENTS)"
-        named = [
-            (f"rollout.{f}", problem) for f in ("agent", "agent_command") if getattr(cfg.rollout, f)
-        ]
-        if named:
-            raise ConfigInvalid(named)
+    if runs_here:
+        config_policy.enforce(cfg, team_id=team_id, user=user)  # the stored config keeps its names
     return cfg
+
+
+def runnable_config(run: Run) -> Any:
+    """The config a worker executes for ``run``: decided again under the worker's own
+    settings (``config_policy.runnable``; raises ConfigInvalid or gyre_core's ConfigError)."""
+    return config_policy.runnable(run)
 
 
 def deep_merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
@@ -190,7 +187,9 @@ def create_run(
     launch: bool = True,
     source: str = Source.LAUNCHED,
 ) -> Run:
-    cfg = validate_config(config, runs_here=source == Source.LAUNCHED)
+    cfg = validate_config(
+        config, runs_here=source == Source.LAUNCHED, team_id=experiment.team_id, user=created_by
+    )
     run = Run.objects.create(
         source=source,
         experiment=experiment,
@@ -258,12 +257,14 @@ def request_stop(*, run: Run, mode: str = "cancel") -> Run:
 
 
 @transaction.atomic
-def resume_run(*, run: Run) -> Run:
-    """The same run continues from its last checkpoint (queued again, launched on commit)."""
+def resume_run(*, run: Run, user: Any = None) -> Run:
+    """The same run continues from its last checkpoint (queued again, launched on commit);
+    its config is checked again for ``user`` under today's settings (ConfigInvalid)."""
     if run.source == Source.REPORTED:
         raise IllegalTransition(
             f"run {run.pk} reports from elsewhere: resume it there (gyre run --resume)"
         )
+    validate_config(run.config, team_id=run.experiment.team_id, user=user)
     run = transition(run.pk, Status.QUEUED, resume_requested=True)
     _send_launch(run)
     return run

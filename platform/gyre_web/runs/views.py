@@ -233,6 +233,8 @@ class RunViewSet(
             result = fn(run=run, **kwargs)
         except services.IllegalTransition as err:
             return Response({"detail": str(err)}, status=status.HTTP_409_CONFLICT)
+        except services.ConfigInvalid as err:  # a resume under today's rules
+            raise _config_error(err) from None
         return Response(RunSerializer(result, context={"request": request}).data)
 
     @_STATE_CHANGE
@@ -245,10 +247,10 @@ class RunViewSet(
     def pause(self, request: Request, pk: str | None = None) -> Response:
         return self._act(request, services.request_stop, mode="pause")
 
-    @_STATE_CHANGE
+    @extend_schema(request=None, responses={200: RunSerializer, 400: ERROR, 409: ERROR})
     @action(detail=True, methods=["post"], serializer_class=None)
     def resume(self, request: Request, pk: str | None = None) -> Response:
-        return self._act(request, services.resume_run)
+        return self._act(request, services.resume_run, user=request.user)
 
     @extend_schema(request=ForkSerializer, responses={201: RunSerializer})
     @action(detail=True, methods=["post"], serializer_class=ForkSerializer)

@@ -51,8 +51,11 @@ def _values(mode: str, params: Any, samples: int, seed: int) -> list[dict[str, A
     raise SpecInvalid([("mode", "grid or random")])
 
 
-def _configs(base: dict[str, Any], values: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each run's config, every one validated; a swept field's error names its param."""
+def _configs(
+    base: dict[str, Any], values: list[dict[str, Any]], **who: Any
+) -> list[dict[str, Any]]:
+    """Each run's config, every one validated (``who``: the team and the user it is run
+    for); a swept field's error names its param."""
     errors: dict[str, str] = {}
     configs = []
     for i, vals in enumerate(values):
@@ -60,7 +63,7 @@ def _configs(base: dict[str, Any], values: list[dict[str, Any]]) -> list[dict[st
         for path, value in vals.items():
             config = runs.deep_merge(config, expand.nested(path, value))
         try:
-            runs.validate_config(config)
+            runs.validate_config(config, **who)
         except runs.ConfigInvalid as err:
             for field, message in err.errors:
                 swept = [p for p in vals if field == p or field.startswith(p + ".")]
@@ -93,9 +96,10 @@ def create_sweep(
     generated config the validator refuses; nothing is stored then."""
     if not 1 <= max_concurrent <= MAX_RUNS:
         raise SpecInvalid([("max_concurrent", f"between 1 and {MAX_RUNS}")])
-    runs.validate_config(base_config)
+    who = {"team_id": experiment.team_id, "user": created_by}
+    runs.validate_config(base_config, **who)
     values = _values(mode, params, samples, seed)
-    configs = _configs(base_config, values)
+    configs = _configs(base_config, values, **who)
     sweep = Sweep.objects.create(
         experiment=experiment, name=name, base_config=base_config, mode=mode, params=params,
         samples=samples if mode == Mode.RANDOM else 0, seed=seed if mode == Mode.RANDOM else 0,

@@ -24,7 +24,6 @@ from typing import Any
 
 from django.conf import settings
 
-from gyre_core.config import RunConfig
 from gyre_core.trajectory.export import (
     Decode,
     PrefixTree,
@@ -106,12 +105,15 @@ def _keep(key: _TreeKey, tree: PrefixTree | None) -> None:
 # --------------------------------------------------------------------------- tokenizer
 
 
-def _model_tokenizer(run_id: int, config: dict[str, Any]) -> Path | None:
-    """The tokenizer of the run's model: the configured checkpoint, or the tiny model the
-    real runtime builds in the run's work folder."""
-    checkpoint = RunConfig.from_dict(config).model.checkpoint
+def _model_tokenizer(run: Any) -> Path | None:
+    """The tokenizer of the run's model: the checkpoint it started from (as the platform's
+    rules resolve it: ``config_policy.model_folder``), or the tiny model the real runtime
+    builds in the run's work folder."""
+    from gyre_web.runs.config_policy import model_folder
+
+    checkpoint = model_folder(run)
     folder = (
-        Path(checkpoint) if checkpoint else Path(settings.GYRE_RUNS_DIR) / str(run_id) / "model"
+        Path(checkpoint) if checkpoint else Path(settings.GYRE_RUNS_DIR) / str(run.pk) / "model"
     )
     path = folder / TOKENIZER_FILE
     return path if path.is_file() else None
@@ -124,10 +126,10 @@ def tokenizer_path(*, run_id: int) -> Path | None:
         return kept
     from gyre_web.runs.models import Run
 
-    run = Run.objects.filter(pk=run_id).values("config", "backend").first()
-    if run is None or run["backend"] != "real":
+    run = Run.objects.select_related("experiment").filter(pk=run_id).first()
+    if run is None or run.backend != "real":
         return None  # a simulated run or an import: its tokens have no tokenizer here
-    return _model_tokenizer(run_id, run["config"] or {})
+    return _model_tokenizer(run)
 
 
 def save_tokenizer(*, run_id: int) -> None:
