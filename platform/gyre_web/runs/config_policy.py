@@ -91,8 +91,8 @@ def enforce(cfg: RunConfig, *, team_id: int | None, user: Any = None) -> RunConf
     ]  # fmt: skip
     for field, kind in READ.items():
         _decide(errors, changes, field, lambda v, k=kind: _read(v, k, team_id, user), cfg)
+    roots = settings.GYRE_CACHE_ROOTS
     for field in WRITE:
-        roots = settings.GYRE_CACHE_ROOTS
         _decide(errors, changes, field, lambda v: _under(v, roots, "GYRE_CACHE_ROOTS"), cfg)
     for field, setting in ADDRESSES.items():
         value, mine = _get(cfg, field), str(getattr(settings, setting) or "")
@@ -178,7 +178,9 @@ def _checkpoint(value: str, team_id: int | None, user: Any) -> Path:
 
     m = _CHECKPOINT.match(value)
     if m is None:
-        raise Refused("name a checkpoint as 'checkpoint:<run id>' or 'checkpoint:<run id>@<version>'")
+        raise Refused(
+            "name a checkpoint as 'checkpoint:<run id>' or 'checkpoint:<run id>@<version>'"
+        )
     readable = runs_visible(user) | Run.objects.filter(experiment__team_id=team_id)
     run = readable.filter(pk=int(m[1]), source=Source.LAUNCHED).first()
     if run is None:

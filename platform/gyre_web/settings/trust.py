@@ -24,7 +24,9 @@ def _plugins(name: str) -> tuple[str, ...]:
     found = env_list(name, [])
     for item in found:
         if not _IMPORT_PATH.match(item):
-            raise ImproperlyConfigured(f"{name}: {item!r} is not an import path 'package.module:name'")
+            raise ImproperlyConfigured(
+                f"{name}: {item!r} is not an import path 'package.module:name'"
+            )
     return tuple(found)
 
 
