@@ -72,7 +72,10 @@ class Command(BaseCommand):
             if opts["no_run"]:
                 self._serve(children)
                 return
-            run = services.create_run(experiment=experiment, config=config, name="demo")
+            try:  # what the config names is the platform's rule (docs/platform.md)
+                run = services.create_run(experiment=experiment, config=config, name="demo")
+            except services.ConfigInvalid as err:
+                raise CommandError(f"{opts['config']}: {err}") from None
             self.stdout.write(f"Demo run {run.pk} ({run.policy}): {url}runs/{run.pk}")
             status = self._follow(run.pk, children)
             if status != "succeeded":
