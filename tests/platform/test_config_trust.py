@@ -62,10 +62,12 @@ def _refused(resp: Any, field: str, key: str = "config") -> str:
     return str(resp.json()[key][field])
 
 
+@pytest.mark.parametrize("agents", [False, True])
 @pytest.mark.parametrize(("section", "name", "value"), CODE)
 def test_code_outside_the_allow_list_is_refused_through_every_door(
-    people, exp, sim_config, client_for, section, name, value
+    people, exp, sim_config, client_for, section, name, value, agents, settings
 ):
+    settings.GYRE_EXTERNAL_AGENTS = agents  # the agents flag does not open plugins
     field = f"{section}.{name}"
     member = client_for(people["member"])
     bad = _with(sim_config, field, value)
@@ -254,3 +256,16 @@ def _path_fields(cls: Any) -> list[tuple[str, str]]:
             out += [(sec.name, f.name) for f in fields(sec.default_factory())  # type: ignore[misc]
                     if f.metadata.get("path")]  # fmt: skip
     return out
+
+
+def test_the_settings_fail_fast_and_read_their_lists(monkeypatch):
+    from django.core.exceptions import ImproperlyConfigured
+    from gyre_web.settings import trust
+
+    monkeypatch.setenv("GYRE_PLUGINS", "pkg.mod:Env, other:fn")
+    assert trust._plugins("GYRE_PLUGINS") == ("pkg.mod:Env", "other:fn")
+    monkeypatch.setenv("GYRE_PLUGINS", "pkg.mod:Env,rm -rf /")
+    with pytest.raises(ImproperlyConfigured, match="GYRE_PLUGINS: 'rm -rf /' is not an import"):
+        trust._plugins("GYRE_PLUGINS")
+    monkeypatch.setenv("GYRE_DATA_ROOTS", "configs, /srv/data")
+    assert trust._roots("GYRE_DATA_ROOTS", []) == (ROOT / "configs", Path("/srv/data"))
