@@ -263,9 +263,11 @@ def test_the_settings_fail_fast_and_read_their_lists(monkeypatch):
     from gyre_web.settings import trust
 
     monkeypatch.setenv("GYRE_PLUGINS", "pkg.mod:Env, other:fn")
-    assert trust._plugins("GYRE_PLUGINS") == ("pkg.mod:Env", "other:fn")
-    monkeypatch.setenv("GYRE_PLUGINS", "pkg.mod:Env,rm -rf /")
+    assert trust._plugins("GYRE_PLUGINS", trust.env_list("GYRE_PLUGINS", [])) == (
+        "pkg.mod:Env",
+        "other:fn",
+    )
     with pytest.raises(ImproperlyConfigured, match="GYRE_PLUGINS: 'rm -rf /' is not an import"):
-        trust._plugins("GYRE_PLUGINS")
-    monkeypatch.setenv("GYRE_DATA_ROOTS", "configs, /srv/data")
-    assert trust._roots("GYRE_DATA_ROOTS", []) == (ROOT / "configs", Path("/srv/data"))
+        trust._plugins("GYRE_PLUGINS", ["pkg.mod:Env", "rm -rf /"])
+    assert trust._roots(["configs", "/srv/data"], []) == (ROOT / "configs", Path("/srv/data"))
+    assert trust._roots([], [ROOT / "configs"]) == (ROOT / "configs",)

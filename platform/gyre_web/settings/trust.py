@@ -20,8 +20,7 @@ __all__ = [
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
-def _plugins(name: str) -> tuple[str, ...]:
-    found = env_list(name, [])
+def _plugins(name: str, found: list[str]) -> tuple[str, ...]:
     for item in found:
         if not _IMPORT_PATH.match(item):
             raise ImproperlyConfigured(
@@ -30,9 +29,8 @@ def _plugins(name: str) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _roots(name: str, default: list[Path]) -> tuple[Path, ...]:
+def _roots(raw: list[str], default: list[Path]) -> tuple[Path, ...]:
     """Folders, comma-separated: absolute, or relative to the repository; resolved now."""
-    raw = env_list(name, [])
     if not raw:
         return tuple(p.resolve() for p in default)
     return tuple((REPO / Path(item).expanduser()).resolve() for item in raw)
@@ -40,13 +38,15 @@ def _roots(name: str, default: list[Path]) -> tuple[Path, ...]:
 
 # Code a web config may name (rollout.env, rollout.reward_fn, rollout.agent): these
 # 'package.module:name' paths, besides the `gyre.plugins` entry points of installed packages.
-GYRE_PLUGINS = _plugins("GYRE_PLUGINS")
+GYRE_PLUGINS = _plugins("GYRE_PLUGINS", env_list("GYRE_PLUGINS", []))
 # Files a web config may name by path (model.checkpoint, rollout.tasks, train.warm_start_*,
 # train.offpolicy_data): only under these folders (default: the shipped configs/).
-GYRE_DATA_ROOTS = _roots("GYRE_DATA_ROOTS", [REPO / "configs"])
+GYRE_DATA_ROOTS = _roots(env_list("GYRE_DATA_ROOTS", []), [REPO / "configs"])
 # Folders a web config's train.warm_start_cache may name (it is written): default the data
 # folder's cache/ and the repository's .data/cache/ (the shipped learn-*.yaml configs' one).
-GYRE_CACHE_ROOTS = _roots("GYRE_CACHE_ROOTS", [data_dir() / "cache", REPO / ".data" / "cache"])
+GYRE_CACHE_ROOTS = _roots(
+    env_list("GYRE_CACHE_ROOTS", []), [data_dir() / "cache", REPO / ".data" / "cache"]
+)
 # The MLflow server the workers log to when a run sets tracking.mlflow ('' = a SQLite store
 # in each run's folder); a web config may leave tracking.mlflow_tracking_uri empty or name this.
 GYRE_MLFLOW_TRACKING_URI = env_str("GYRE_MLFLOW_TRACKING_URI")
