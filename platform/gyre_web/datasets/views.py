@@ -9,7 +9,8 @@ from typing import Any
 from django import forms
 from django.db.models import QuerySet
 from django_filters import rest_framework as filters
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import mixins, status, viewsets
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.parsers import MultiPartParser
@@ -32,6 +33,7 @@ class MembersOnly(MemberOrShareLinkReadOnly):
         return super().has_permission(request, view)
 
 
+@extend_schema_field(OpenApiTypes.INT)
 class _IdFilter(filters.NumberFilter):
     field_class = forms.IntegerField  # digits only; no decimal reaches a bigint column
 
