@@ -6,6 +6,7 @@ from rest_framework.routers import DefaultRouter
 from gyre_web import ops, spa
 from gyre_web.alerts.views import WebhookViewSet
 from gyre_web.cluster.views import GpuViewSet
+from gyre_web.datasets.views import DatasetViewSet
 from gyre_web.runs import config_views
 from gyre_web.runs.views import ExperimentViewSet, RunViewSet
 from gyre_web.sweeps.views import SweepViewSet
@@ -23,6 +24,7 @@ router.register("tokens", ApiTokenViewSet, basename="token")
 router.register("share-links", ShareLinkViewSet, basename="share-link")
 router.register("webhooks", WebhookViewSet, basename="webhook")
 router.register("sweeps", SweepViewSet, basename="sweep")
+router.register("datasets", DatasetViewSet, basename="dataset")
 
 urlpatterns = [
     path("admin/", admin.site.urls),

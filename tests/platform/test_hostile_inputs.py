@@ -1,6 +1,7 @@
 """Hostile input, one row each: every answer is a 4xx JSON body naming the offending field
 (never HTML, never a 500). REST rows name a key path of the body; import rows the
-``line`` and ``field`` of the reader; a failed import leaves no file behind."""
+``line`` and ``field`` of the reader; dataset upload rows the line (or Parquet row) and
+field in the message under ``file``; a failed import or upload leaves no file behind."""
 
 from __future__ import annotations
 
@@ -299,3 +300,49 @@ def test_django_level_errors_are_json_under_api_and_html_elsewhere(world):
         "detail": "server error (logged)"
     }
     assert inputs.server_error(page)["Content-Type"].startswith("text/html")
+
+
+def _parquet_with(value: str) -> bytes:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist([{"id": "ok"}, {"id": value}]), buf)
+    return buf.getvalue()
+
+
+DATASETS = [  # (what, kind, file bytes, where the problem is: in the answer's message)
+    ("1e400", "tasks", b'{"id": 1}\n{"x": 1e400}\n', "line 2: x"),
+    ("5,000-digit integer", "tasks", b'{"id": 1}\n{"x": ' + BIG_INT.encode() + b"}\n", "line 2"),
+    ("nested 100,000 deep", "tasks", b'{"id": 1}\n{"x": ' + DEEP_100K.encode() + b"}\n", "line 2"),
+    ("20 MB line", "tasks", b'{"id": 1}\n{"x": "' + b"x" * 20 * 2**20 + b'"}\n', "line 2"),
+    ("escaped NUL", "tasks", b'{"id": 1}\n{"x": "\\u0000"}\n', "line 2: x"),
+    ("lone surrogate", "tasks", b'{"id": 1}\n{"x": ["\\udbff"]}\n', "line 2: x[0]"),
+    ("NUL in a Parquet string", "tasks", _parquet_with("a\x00b"), "row 2: id"),
+    ("not UTF-8", "tasks", b'{"id": 1}\n{"x": "\xff"}\n', "line 2"),
+    ("a number", "tasks", b"7\n", "line 1"),
+    ("trajectory progress 1e400", "trajectories",
+     _good_jsonl().replace(b'"progress":', b'"progress":1e400,"x":'), "line 1: progress"),
+    ("trajectory NUL in an unknown key", "trajectories",
+     _good_jsonl().replace(b'{"format"', b'{"sh\\u0000":1,"format"', 1), "line 1"),
+    ("message log with a lone surrogate", "trajectories",
+     b'{"messages": [{"role": "user", "content": "\\ud800"}]}\n', "line 1: messages[0].content"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("what", "kind", "data", "where"), DATASETS, ids=[d[0] for d in DATASETS])
+def test_dataset_upload_refuses_by_field_and_keeps_no_file(people, world, what, kind, data, where):
+    folder = Path(settings.GYRE_DATA_DIR) / "datasets"
+    before = sorted(folder.rglob("*")) if folder.exists() else []
+    file = SimpleUploadedFile("d.jsonl", data)
+    body = {"file": file, "name": what, "kind": kind, "team": people["team"].pk}
+    resp = world["member"].post("/api/datasets/", body, format="multipart")
+    assert resp.status_code == 400, resp.content[:300]
+    assert resp["Content-Type"].startswith("application/json")
+    problem = resp.json()["file"][0]
+    assert problem.startswith(where), problem
+    assert str(settings.GYRE_DATA_DIR) not in problem
+    after = sorted(p for p in folder.rglob("*") if p not in before and p.is_file())
+    assert after == []  # the upload is gone

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -60,3 +61,37 @@ def test_malformed_lines_are_answered_400_with_line_and_field(run, people, clien
     assert resp.status_code == 400 and resp.json()["line"] == 1
     assert not Rollout.objects.filter(run=run).exists()
     assert client_for(people["viewer"]).post(f"/api/runs/{run.pk}/import/").status_code == 403
+
+
+def test_the_stored_file_keeps_only_the_known_fields(run, people, client_for):
+    """An import line's unknown keys (top level and per call) are not stored: the kept
+    payload is rewritten from what the reader parsed (issue: "sh", "-c", "id > out.txt"
+    kept in the file and later run as a command)."""
+    member = client_for(people["member"])
+    lines = [json.loads(line) for line in _jsonl().decode().splitlines()]
+    for obj in lines:
+        obj.update({"sh": "-c", "-c": "id > out.txt", "extra": {"nested": 1}})
+        obj["calls"][0]["cmd"] = ["sh", "-c", "id"]
+    sent = "\n".join(json.dumps(obj) for obj in lines).encode()
+    resp = _upload(member, run.pk, sent)
+    assert resp.status_code == 201, resp.content
+    paths = set(Rollout.objects.filter(run=run).values_list("payload_path", flat=True))
+    paths |= set(Tree.objects.filter(run=run).values_list("payload_path", flat=True))
+    assert len(paths) == 1
+    stored = [json.loads(line) for line in Path(paths.pop()).read_text().splitlines() if line]
+    top = {"format", "rollout_id", "task_id", "group_id", "status", "progress", "reward", "calls"}
+    per_call = {"call_id", "agent", "kind", "prefix", "prompt_ids", "completion_ids",
+                "logprobs", "versions"}  # fmt: skip
+    assert [o["rollout_id"] for o in stored] == [o["rollout_id"] for o in lines]
+    for got, given in zip(stored, lines, strict=True):
+        assert set(got) <= top, set(got) - top
+        assert all(set(c) <= per_call for c in got["calls"])
+        for key in ("task_id", "group_id", "status", "progress", "reward"):
+            assert got[key] == given[key]
+        for a, b in zip(got["calls"], given["calls"], strict=True):  # tokens kept exactly
+            for key in ("prompt_ids", "completion_ids", "logprobs", "call_id", "prefix"):
+                assert a.get(key) == b.get(key), key
+    tree = Tree.objects.filter(run=run).first()
+    node = tree.tree_nodes.order_by("id").first()
+    tokens = member.get(f"/api/trees/{tree.pk}/nodes/{node.pk}/tokens/").json()
+    assert tokens["payload"] is True and tokens["ids"]

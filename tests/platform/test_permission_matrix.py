@@ -6,7 +6,8 @@ new endpoint must declare who may call it); the entry names the policy kind, wha
 needs (a body, a query, a fresh object for a call that consumes its target) and whether
 a share link may read it. ``ALLOWED`` says which principals each kind admits; a denied
 principal gets the status ``_denied`` gives (401 without valid credentials, 403 for a
-share link or a role too low, 404 for an object outside the caller's teams, 400 naming
+share link or a role too low (404 for a share link where the endpoint does not exist for
+it: ``share_denied``, the datasets), 404 for an object outside the caller's teams, 400 naming
 the field for a body that refers to one). No call may answer 5xx.
 
 The role rules of the members endpoint and the websocket (handshake and subscribe per
@@ -15,6 +16,7 @@ principal) are in this file too; revocation reaching open sockets is in
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +32,7 @@ from drf_spectacular.generators import SchemaGenerator
 from gyre_web.alerts.services import create_webhook
 from gyre_web.asgi import application
 from gyre_web.cluster.services import register_gpu
+from gyre_web.datasets.services import create_dataset
 from gyre_web.runs import reporting, services
 from gyre_web.runs.models import Run, Status
 from gyre_web.sweeps.services import create_sweep
@@ -68,6 +71,7 @@ class Op:
     ref: str = ""  # the body field naming a team object: outsiders get 400 on it
     multipart: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    share_denied: int = 403  # 404: the endpoint does not exist for a share link
 
 
 Body = Callable[[dict[str, Any], str], Any]
@@ -112,6 +116,22 @@ def _sweep(w: dict[str, Any], who: str) -> dict[str, Any]:
 def _fresh_sweep(w: dict[str, Any], who: str) -> dict[str, Any]:
     body = {k: v for k, v in _sweep(w, who).items() if k != "experiment"}
     return {"id": create_sweep(experiment=w["exp"], base_config=body.pop("base_config"), **body).pk}
+
+
+TASKS = b'{"id": "t1", "prompt": "p"}\n'
+
+
+def _dataset_row(team: Any) -> Any:
+    return create_dataset(team=team, name="tasks", kind="tasks", upload=io.BytesIO(TASKS))
+
+
+def _fresh_dataset(w: dict[str, Any], who: str) -> dict[str, Any]:
+    return {"id": _dataset_row(w["team"]).pk}
+
+
+def _dataset(w: dict[str, Any], who: str) -> dict[str, Any]:
+    file = SimpleUploadedFile("t.jsonl", TASKS, content_type="application/jsonl")
+    return {"file": file, "name": who, "kind": "tasks", "team": w["team"].pk}
 
 
 def _finished_run(w: dict[str, Any], who: str) -> dict[str, Any]:
@@ -192,6 +212,12 @@ OPS: dict[tuple[str, str], Op] = {
     ("GET", "/api/auth/session/"): Op("anyone"),
     ("GET", "/api/config/presets/"): Op("signed_in"),
     ("GET", "/api/config/schema/"): Op("signed_in"),
+    ("GET", "/api/datasets/"): Op("signed_in", share_denied=404),
+    ("POST", "/api/datasets/"): Op(
+        "write", body=_dataset, ref="team", multipart=True, share_denied=404
+    ),
+    ("GET", "/api/datasets/{id}/"): Op("read", share_denied=404),
+    ("DELETE", "/api/datasets/{id}/"): Op("write", fresh=_fresh_dataset, share_denied=404),
     ("GET", "/api/experiments/"): Op("signed_in", shared=True),
     ("POST", "/api/experiments/"): Op("write", body=_experiment, ref="team"),
     ("GET", "/api/experiments/{id}/"): Op("read", shared=True),
@@ -273,7 +299,7 @@ def _denied(op: Op, who: str) -> set[int]:
     if who in ("anonymous", "revoked_token", "revoked_share"):
         return {401}  # no valid credentials
     if who == "share":
-        return {403}  # a share link reads its scope and nothing else
+        return {op.share_denied}  # a share link reads its scope and nothing else
     team_object = op.kind in ("read", "write", "manage", "owner", "self")
     if who in ("outsider", "staff") and team_object:
         if op.ref:
@@ -344,6 +370,7 @@ def world(people, sim_config) -> dict[str, Any]:
     clients["anonymous"] = APIClient()
     ids = {
         "teams": people["team"].pk,
+        "datasets": _dataset_row(people["team"]).pk,
         "experiments": exp.pk,
         "runs": run.pk,
         "rollouts": run.rollouts.get().pk,

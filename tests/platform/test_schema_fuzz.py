@@ -1,7 +1,7 @@
 """Schemathesis over every operation of /api/schema/, GETs included, against the in-process
 WSGI app on Postgres, authenticated as the team's owner by API token, with seeded objects
 (a team with a member per role, an experiment, a simulated run with events and metrics,
-a rollout, a tree with a node, a GPU, an API token, a share link).
+a rollout, a tree with a node, a GPU, an API token, a share link, a dataset).
 
 Each operation gets cases generated from its own schema, valid and invalid (positive and
 negative modes), with the path ids of the seeded objects and with generated ones. Every
@@ -14,6 +14,7 @@ early does not starve the cases after it of their objects."""
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections, transaction
 from gyre_web.cluster.models import Gpu
+from gyre_web.datasets.services import create_dataset
 from gyre_web.runs import services as runs
 from gyre_web.runs.models import Run as RunRow
 from gyre_web.runs.reporting import create_reported_run
@@ -48,6 +50,7 @@ CHECKS = [
     response_schema_conformance,
 ]
 EXAMPLES = 40  # per operation and mode; the whole run stays around a minute
+TASKS = b'{"id": "t1", "prompt": "p"}\n'
 STEP = {"kind": "step_finished", "t": 1.0, "data": {"step": 1, "version": 1, "metrics": {}}}
 
 
@@ -88,6 +91,10 @@ def _valid(seeded: dict[str, Any], config: dict[str, Any]) -> dict[str, dict[str
     experiment = {"team": ids["teams"], "name": "fuzz"}
     gpu = {"node": seeded["gpu_node"], "index": 7}
     return {
+        "POST /api/datasets/": {
+            "body": {"file": TASKS, "name": "fuzz", "kind": "tasks", "team": ids["teams"]},
+            "media_type": "multipart/form-data",
+        },
         "POST /api/experiments/": {"body": experiment},
         "PUT /api/experiments/{id}/": {"body": experiment},
         "POST /api/gpus/": {"body": gpu},
@@ -189,7 +196,8 @@ def test_every_operation_answers_as_documented(world, people, app, sim_config): 
     RunRow.objects.filter(pk=paused.pk).update(status="paused")
     reported = create_reported_run(experiment=world["run"].experiment, config=sim_config)
     gpu_node = Gpu.objects.get(pk=world["ids"]["gpus"]).node_id
-    ids = {**world["ids"], "tokens": token.pk}
+    dataset = create_dataset(team=people["team"], name="d", kind="tasks", upload=io.BytesIO(TASKS))
+    ids = {**world["ids"], "tokens": token.pk, "datasets": dataset.pk}
     seeded = {
         **world, "ids": ids, "paused": paused.pk, "reported": reported.pk, "gpu_node": gpu_node
     }  # fmt: skip

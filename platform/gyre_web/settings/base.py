@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "gyre_web.trajectories",
     "gyre_web.alerts",
     "gyre_web.sweeps",
+    "gyre_web.datasets",
 ]
 
 MIDDLEWARE = [

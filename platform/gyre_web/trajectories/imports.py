@@ -1,10 +1,13 @@
 """Import of ``gyre.trajectory/v1`` JSONL files (from Gyre or another harness) into a run's
-rollouts and trees. The file itself is kept as the token payload; rows hold metadata only
-(the same rows a live run's payload makes, see ``payloads``). Text previews show token ids
+rollouts and trees. The token payload kept is the file rewritten from what the reader
+parsed: the format's fields only, every unknown key (top level or in a call) dropped, ids,
+numbers and tokens as given. Rows hold metadata only (the same rows a live run's payload
+makes, see ``payloads``). Text previews show token ids
 unless a tokenizer is given (``decode``)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import IO, Any
@@ -21,6 +24,7 @@ from gyre_core.trajectory.export import (
     run_weighting,
 )
 from gyre_core.trajectory.export import Rollout as CoreRollout
+from gyre_core.trajectory.format import FORMAT
 from gyre_web.trajectories import payloads
 from gyre_web.trajectories.models import Rollout, Tree
 from gyre_web.trajectories.services import rollout_row, store_tree
@@ -46,13 +50,15 @@ def import_trajectories(
     folder = Path(settings.GYRE_RUNS_DIR) / str(run.pk) / "imports"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{uuid.uuid4().hex}.jsonl"
+    staged = path.with_suffix(".part")  # the upload as sent: read, never kept
     stored = False
     try:
-        _copy_bounded(upload, path, limit)
-        counts = _import_file(run, path, decode)
+        _copy_bounded(upload, staged, limit)
+        counts = _import_file(run, staged, path, decode)
         stored = True
         return counts
     finally:
+        staged.unlink(missing_ok=True)
         if not stored:
             path.unlink(missing_ok=True)
 
@@ -67,10 +73,40 @@ def _copy_bounded(upload: IO[bytes], path: Path, limit: int) -> None:
             out.write(chunk)
 
 
-def _import_file(run: Any, path: Path, decode: Decode | None) -> dict[str, int]:
+def known_fields(r: CoreRollout) -> dict[str, Any]:
+    """One rollout as a ``gyre.trajectory/v1`` line holding the format's fields only."""
+    calls = []
+    for c in r.calls:
+        call: dict[str, Any] = {"call_id": c.call_id, "agent": c.agent, "kind": c.kind}
+        if c.prefix is not None:
+            call["prefix"] = {"call_id": c.prefix.call_id, "tokens": c.prefix.tokens}
+        call["prompt_ids"] = c.prompt_ids.tolist()
+        call["completion_ids"] = c.completion_ids.tolist()
+        call["logprobs"] = c.logprobs.tolist()  # float64: printed back exactly
+        call["versions"] = c.versions.tolist()
+        calls.append(call)
+    return {
+        "format": FORMAT,
+        "rollout_id": r.rollout_id,
+        "task_id": r.task_id,
+        "group_id": r.group_id,
+        "status": r.status,
+        "progress": r.progress,
+        "reward": r.score,
+        "calls": calls,
+    }
+
+
+def _write_known(rollouts: list[CoreRollout], path: Path) -> None:
+    with open(path, "x", encoding="utf-8") as out:
+        for r in rollouts:
+            out.write(json.dumps(known_fields(r), separators=(",", ":")) + "\n")
+
+
+def _import_file(run: Any, staged: Path, path: Path, decode: Decode | None) -> dict[str, int]:
     try:
         rollouts: list[CoreRollout] = list(
-            read_rollouts(path, max_line_bytes=int(settings.GYRE_IMPORT_MAX_LINE_BYTES))
+            read_rollouts(staged, max_line_bytes=int(settings.GYRE_IMPORT_MAX_LINE_BYTES))
         )
     except TrajectoryFormatError as err:
         raise ImportRejected(err.problem, err.line, err.field) from None
@@ -94,6 +130,7 @@ def _import_file(run: Any, path: Path, decode: Decode | None) -> dict[str, int]:
         export = export_group(rollouts, group_id, weighting, decode)
         if export is not None:
             exports[group_id] = export
+    _write_known(rollouts, path)
     with transaction.atomic():
         Rollout.objects.bulk_create([rollout_row(run.pk, r, path) for r in rollouts])
         nodes = 0
