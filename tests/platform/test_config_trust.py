@@ -271,3 +271,30 @@ def test_the_settings_fail_fast_and_read_their_lists(monkeypatch):
         trust._plugins("GYRE_PLUGINS", ["pkg.mod:Env", "rm -rf /"])
     assert trust._roots(["configs", "/srv/data"], []) == (ROOT / "configs", Path("/srv/data"))
     assert trust._roots([], [ROOT / "configs"]) == (ROOT / "configs",)
+
+
+def test_a_dataset_is_named_by_id_and_only_its_teams(people, exp, sim_config, client_for):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    def upload(user: str, team: Any, kind: str, data: bytes) -> int:
+        body = {"file": SimpleUploadedFile("d.jsonl", data), "name": "d", "kind": kind,
+                "team": team.pk}  # fmt: skip
+        resp = client_for(people[user]).post("/api/datasets/", body, format="multipart")
+        assert resp.status_code == 201, resp.content
+        return int(resp.json()["id"])
+
+    tasks = upload("member", people["team"], "tasks", b'{"id": "t1", "prompt": "add"}\n')
+    theirs = upload("outsider", people["other_team"], "tasks", b'{"id": "t9", "prompt": "x"}\n')
+    member = client_for(people["member"])
+    _refused(_post(member, exp, _with(sim_config, "rollout.tasks", f"dataset:{theirs}")),
+             "rollout.tasks")  # fmt: skip
+    _refused(
+        _post(member, exp, _with(sim_config, "train.offpolicy_data", f"dataset:{tasks}")),
+        "train.offpolicy_data",
+    )  # fmt: skip: a task list is no trajectory file
+    made = _post(member, exp, _with(sim_config, "rollout.tasks", f"dataset:{tasks}"))
+    assert made.status_code == 201, made.content
+    assert made.json()["config"]["rollout"]["tasks"] == f"dataset:{tasks}"  # no server path
+    run = Run.objects.get(pk=made.json()["id"])
+    path = Path(services.runnable_config(run).rollout.tasks)
+    assert path.read_bytes() == b'{"id": "t1", "prompt": "add"}\n'  # what the worker reads

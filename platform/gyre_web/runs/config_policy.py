@@ -32,6 +32,12 @@ READ = {
     "model.checkpoint": CHECKPOINT,
     "train.warm_start_from": None,
 }
+# What kind of uploaded dataset each field reads (gyre_web.datasets).
+DATASET_KINDS = {
+    "rollout.tasks": "tasks",
+    "train.warm_start_data": "trajectories",
+    "train.offpolicy_data": "trajectories",
+}
 WRITE = ("train.warm_start_cache",)  # a folder the run writes
 # Addresses: the operator's setting for each ('' in a config: the setting applies).
 ADDRESSES = {
@@ -90,7 +96,8 @@ def enforce(cfg: RunConfig, *, team_id: int | None, user: Any = None) -> RunConf
         for f, v in named if v not in allowed
     ]  # fmt: skip
     for field, kind in READ.items():
-        _decide(errors, changes, field, lambda v, k=kind: _read(v, k, team_id, user), cfg)
+        how = lambda v, k=kind, f=field: _read(v, k, team_id, user, f)  # noqa: E731
+        _decide(errors, changes, field, how, cfg)
     roots = settings.GYRE_CACHE_ROOTS
     for field in WRITE:
         _decide(errors, changes, field, lambda v: _under(v, roots, "GYRE_CACHE_ROOTS"), cfg)
@@ -120,7 +127,7 @@ def model_folder(run: Run) -> str:
     if not value or run.source != Source.LAUNCHED:
         return ""
     try:
-        return str(_read(value, CHECKPOINT, run.experiment.team_id, run.created_by))
+        return str(_read(value, CHECKPOINT, run.experiment.team_id, run.created_by, ""))
     except Refused:
         return ""
 
@@ -135,12 +142,14 @@ def _decide(errors: list[Any], changes: dict[str, str], field: str, how: Any, cf
         errors.append((field, str(err)))
 
 
-def _read(value: str, kind: str | None, team_id: int | None, user: Any) -> Path:
+def _read(value: str, kind: str | None, team_id: int | None, user: Any, field: str) -> Path:
     ref = _REFERENCE.match(value)
     if ref and ref[1] in (DATASET, CHECKPOINT):
         if ref[1] != kind:
             raise Refused(f"takes no {ref[1]} reference")
-        return _dataset(value, team_id) if kind == DATASET else _checkpoint(value, team_id, user)
+        if kind == DATASET:
+            return _dataset(value, team_id, DATASET_KINDS[field])
+        return _checkpoint(value, team_id, user)
     return _under(value, settings.GYRE_DATA_ROOTS, "GYRE_DATA_ROOTS", kind)
 
 
@@ -156,20 +165,24 @@ def _under(value: str, roots: Any, setting: str, kind: str | None = None) -> Pat
     raise Refused(f"not under a folder this platform's runs may use ({setting}){other}")
 
 
-def _dataset(value: str, team_id: int | None) -> Path:
+def _dataset(value: str, team_id: int | None, wanted: str) -> Path:
     m = _DATASET.match(value)
     if m is None:
         raise Refused("name a dataset as 'dataset:<id>'")
     try:
-        from gyre_web.datasets.selectors import dataset_path
+        from gyre_web.datasets.selectors import dataset_kind, dataset_path
     except ImportError:
         raise Refused("this platform keeps no uploaded datasets") from None
     try:
         if team_id is None:
             raise LookupError
-        return Path(dataset_path(team_id=team_id, dataset_id=int(m[1])))
+        kind = dataset_kind(team_id=team_id, dataset_id=int(m[1]))
+        path = Path(dataset_path(team_id=team_id, dataset_id=int(m[1])))
     except LookupError:
         raise Refused(f"the run's team has no dataset {m[1]}") from None
+    if kind != wanted:
+        raise Refused(f"dataset {m[1]} holds {kind}; this field reads {wanted}")
+    return path
 
 
 def _checkpoint(value: str, team_id: int | None, user: Any) -> Path:
