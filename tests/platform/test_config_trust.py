@@ -233,7 +233,8 @@ def test_the_shipped_configs_pass_as_gyre_demo_loads_them(people, exp):
 
     for path in sorted((ROOT / "configs").glob("*.yaml")):
         config = load_config(path).to_dict()
-        assert services.create_run(experiment=exp, config=config, launch=False), path
+        run = services.create_run(experiment=exp, config=config, launch=False)
+        assert services.runnable_config(run).train == load_config(path).train, path
 
 
 def test_every_free_text_field_of_the_config_is_classified():
