@@ -80,6 +80,7 @@ def launch_run(self: Any, run_id: int) -> str:
 
 
 def _launch(task: Any, run_id: int, run: Run, resume: bool, shipper: LogShipper) -> str:
+    from gyre_core.config import ConfigError
     from gyre_core.runtime import error_line, run_job
 
     workdir = Path(settings.GYRE_RUNS_DIR) / str(run_id)
@@ -97,7 +98,7 @@ def _launch(task: Any, run_id: int, run: Run, resume: bool, shipper: LogShipper)
         message = f"refused by this worker's settings: {err}"
         _finish(run_id, sink, shipper, Status.FAILED, message, error=message)
         return Status.FAILED
-    except Exception as err:  # gyre_core's ConfigError: the stored config is not a config
+    except ConfigError as err:  # the stored config is not a config (anything else retries)
         message = error_line(err)
         _finish(run_id, sink, shipper, Status.FAILED, message, error=message)
         return Status.FAILED
