@@ -18,7 +18,8 @@ from django.db import transaction
 from django.db.models.signals import post_delete
 from django.dispatch import receiver
 
-from gyre_web.datasets.checks import DatasetRejected, inspect
+from gyre_core.data_files import DataFileError as DatasetRejected
+from gyre_core.data_files import inspect
 from gyre_web.datasets.models import Dataset, Format, Kind, team_folder
 
 log = logging.getLogger(__name__)
