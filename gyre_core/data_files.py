@@ -119,14 +119,16 @@ def _parquet_tasks(path: Path) -> int:
 
     rows = 0
     try:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
-            for row in batch.to_pylist():
-                rows += 1
-                _check_values(row, f"row {rows}")
+        with open(path, "rb") as fh:  # a file object: pyarrow's errors then name no path
+            for batch in pq.ParquetFile(fh).iter_batches(batch_size=1024):
+                for row in batch.to_pylist():
+                    rows += 1
+                    _check_values(row, f"row {rows}")
     except DataFileError:
         raise
     except Exception as e:  # pyarrow's errors have no common base
-        problem = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        text = str(e).replace(str(path), "<file>")
+        problem = text.splitlines()[0][:200] if text else type(e).__name__
         raise DataFileError("file", f"not a readable Parquet file ({problem})") from None
     return rows
 
@@ -143,7 +145,10 @@ def _trajectories(path: Path, max_line_bytes: int) -> tuple[str, int]:
             try:
                 rid = parse_rollout(obj, "file", lineno).rollout_id
             except TrajectoryFormatError as e:
-                raise _located(where, e.field, e.problem) from None
+                problem = e.problem
+                if not rows and e.field == "format":
+                    problem += f" (a {FORMAT} line, or a message log's line with 'messages')"
+                raise _located(where, e.field, problem) from None
         else:
             rid = _conversation(obj, where, lineno)
         if rid in seen:
