@@ -228,3 +228,27 @@ def test_a_staged_upload_left_by_a_killed_process_goes_a_day_later(people, clien
     assert _post(clients["member"], people["team"].pk, TASKS).status_code == 201
     assert not old.exists() and fresh.exists()  # another upload may be writing this one
     fresh.unlink()
+
+
+def test_the_stored_files_are_what_the_runs_readers_read(people, clients):
+    """A tasks dataset reads with ``rollout.tasks``' reader (JSONL and Parquet: it picks
+    Parquet by the stored name's suffix), a trajectories one with the warm start's."""
+    from gyre_core.rollout.chat_log import is_chat_log
+    from gyre_core.rollout.plugins import read_tasks
+    from gyre_core.trajectory.format import read_rollouts
+
+    c, team = clients["member"], people["team"].pk
+
+    def stored(data: bytes, kind: str = "tasks", filename: str = "t.jsonl") -> Path:
+        resp = _post(c, team, data, kind=kind, filename=filename)
+        assert resp.status_code == 201, resp.content
+        return dataset_path(team_id=team, dataset_id=resp.json()["id"])
+
+    tasks = read_tasks(stored(TASKS, filename="tasks.parquet"))  # the name given is ignored
+    assert [t["id"] for t in tasks["train"]] == ["t1"]
+    assert [t["id"] for t in tasks["heldout"]] == ["t2"]
+    rows = [{"id": "a", "split": "train"}, {"id": "b", "split": "heldout"}]
+    from_parquet = read_tasks(stored(_parquet(rows), filename="tasks.jsonl"))
+    assert [t["id"] for t in from_parquet["train"]] == ["a"]
+    assert len(list(read_rollouts(stored(synth_jsonl(), kind="trajectories")))) == 2
+    assert is_chat_log(stored(CHAT, kind="trajectories"))
