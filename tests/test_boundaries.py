@@ -25,6 +25,7 @@ SURFACE = {
     "gyre_core.runtime": "the runtime's entry point: run_job, error_line, Cancelled",
     "gyre_core.trajectory.export": "what the browser shows of a tree (specs, advantages with"
     " the run's own weighting, node tokens) and the rollout file format it reads",
+    "gyre_core.data_files": "a dataset upload checked as its kind's readers read it",
 }
 # Beyond the surface, each with its reason; test_every_exception_is_still_needed removes
 # one from here once nothing needs it.

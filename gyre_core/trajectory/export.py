@@ -12,8 +12,9 @@ A path key is the node's child ordinals from the root, each as ``KEY_WIDTH`` bas
 digits: sorting by it walks the tree depth-first, a node's subtree is the keys that start
 with its key, and the ordinals are positions in ``Node.children``'s own order.
 
-The payload file's reader and writer (``read_rollouts``, ``write_rollouts``) and the types
-they carry are named here too, so that this module is the platform's one door into trees.
+The payload file's reader and writer (``read_rollouts``, ``write_rollouts``,
+``format_fields``) and the types they carry are named here too, so that this module is the
+platform's one door into trees.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 
 from gyre_core.config import RunConfig
 from gyre_core.events import storable_text
-from gyre_core.trajectory.format import Rollout, TrajectoryFormatError, read_rollouts
+from gyre_core.trajectory.format import FORMAT, Rollout, TrajectoryFormatError, read_rollouts
 from gyre_core.trajectory.rewards import Weighting
 from gyre_core.trajectory.tree import Node, PrefixTree
 from gyre_core.trajectory.writer import write_rollouts
@@ -48,6 +49,7 @@ __all__ = [
     "TrajectoryFormatError",
     "Weighting",
     "export_group",
+    "format_fields",
     "node_advantage",
     "node_at",
     "node_tokens",
@@ -202,4 +204,30 @@ def node_tokens(
         "versions": where(int(v) for v in node.version[:n]),
         "advantages": where(round(float(w), 6) for w in node.weight[:n]),
         "advantage": node_advantage(node),
+    }
+
+
+def format_fields(rollout: Rollout) -> dict[str, Any]:
+    """One rollout as a ``gyre.trajectory/v1`` line holding the format's fields only (its
+    ``extra``, a file's unknown keys, dropped), tokens and numbers exactly as parsed
+    (``write_rollouts`` keeps ``extra`` and rounds log-probabilities)."""
+    calls = []
+    for c in rollout.calls:
+        call: dict[str, Any] = {"call_id": c.call_id, "agent": c.agent, "kind": c.kind}
+        if c.prefix is not None:
+            call["prefix"] = {"call_id": c.prefix.call_id, "tokens": c.prefix.tokens}
+        call["prompt_ids"] = c.prompt_ids.tolist()
+        call["completion_ids"] = c.completion_ids.tolist()
+        call["logprobs"] = c.logprobs.tolist()  # float64: printed back exactly
+        call["versions"] = c.versions.tolist()
+        calls.append(call)
+    return {
+        "format": FORMAT,
+        "rollout_id": rollout.rollout_id,
+        "task_id": rollout.task_id,
+        "group_id": rollout.group_id,
+        "status": rollout.status,
+        "progress": rollout.progress,
+        "reward": rollout.score,
+        "calls": calls,
     }

@@ -4,6 +4,7 @@ no file, that answers show no server path, and ``dataset_path``'s team isolation
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from pathlib import Path
@@ -84,7 +85,8 @@ def test_roles_upload_list_read_and_delete(people, clients, django_capture_on_co
         body = resp.json()
         assert set(body) == FIELDS and body["rows"] == 2 and body["kind"] == "tasks"
         assert body["created_by"] == who and body["format"] == "jsonl"
-        assert body["size"] == len(TASKS) and len(body["sha256"]) == 64
+        assert body["size"] == len(TASKS)
+        assert body["sha256"] == hashlib.sha256(TASKS).hexdigest()
         made[who] = body["id"]
     assert _post(clients["viewer"], team, TASKS).status_code == 403
     for who in ("owner", "admin", "member", "viewer"):
@@ -210,3 +212,43 @@ def test_a_deleted_teams_files_go_with_it(people, clients, django_capture_on_com
         people["team"].delete()
     assert not path.exists() and not Dataset.objects.filter(pk=ds).exists()
     assert dataset_path(team_id=people["other_team"].pk, dataset_id=kept).is_file()
+
+
+def test_a_staged_upload_left_by_a_killed_process_goes_a_day_later(people, clients):
+    import os
+    import time
+
+    incoming = Path(settings.GYRE_DATA_DIR) / "datasets" / ".incoming"
+    incoming.mkdir(parents=True, exist_ok=True)
+    old, fresh = incoming / "old.part", incoming / "fresh.part"
+    for part in (old, fresh):
+        part.write_bytes(b"half an upload")
+    day_ago = time.time() - 24 * 3600 - 60
+    os.utime(old, (day_ago, day_ago))
+    assert _post(clients["member"], people["team"].pk, TASKS).status_code == 201
+    assert not old.exists() and fresh.exists()  # another upload may be writing this one
+    fresh.unlink()
+
+
+def test_the_stored_files_are_what_the_runs_readers_read(people, clients):
+    """A tasks dataset reads with ``rollout.tasks``' reader (JSONL and Parquet: it picks
+    Parquet by the stored name's suffix), a trajectories one with the warm start's."""
+    from gyre_core.rollout.chat_log import is_chat_log
+    from gyre_core.rollout.plugins import read_tasks
+    from gyre_core.trajectory.format import read_rollouts
+
+    c, team = clients["member"], people["team"].pk
+
+    def stored(data: bytes, kind: str = "tasks", filename: str = "t.jsonl") -> Path:
+        resp = _post(c, team, data, kind=kind, filename=filename)
+        assert resp.status_code == 201, resp.content
+        return dataset_path(team_id=team, dataset_id=resp.json()["id"])
+
+    tasks = read_tasks(stored(TASKS, filename="tasks.parquet"))  # the name given is ignored
+    assert [t["id"] for t in tasks["train"]] == ["t1"]
+    assert [t["id"] for t in tasks["heldout"]] == ["t2"]
+    rows = [{"id": "a", "split": "train"}, {"id": "b", "split": "heldout"}]
+    from_parquet = read_tasks(stored(_parquet(rows), filename="tasks.jsonl"))
+    assert [t["id"] for t in from_parquet["train"]] == ["a"]
+    assert len(list(read_rollouts(stored(synth_jsonl(), kind="trajectories")))) == 2
+    assert is_chat_log(stored(CHAT, kind="trajectories"))

@@ -56,6 +56,8 @@ def test_manage_check_and_migrations_are_complete(tmp_path):
         ("GYRE_DEBUG", "maybe", "not a boolean"),
         ("GYRE_SECRET_KEY", "short", "at least 32"),
         ("GYRE_EVENT_POLL_SECONDS", "soon", "not a number"),
+        ("GYRE_DATASET_MAX_BYTES", "lots", "not a number"),
+        ("GYRE_DATASET_MAX_BYTES", "-1", "must not be negative"),
     ],
 )
 def test_bad_settings_fail_fast_with_a_clear_message(tmp_path, name, value, message):

@@ -1,14 +1,16 @@
 """Every GET endpoint of the OpenAPI schema, as each kind of caller: no server errors, and
 the permission matrix (members read, outsiders get 404, anonymous 401/403, a share link
-reads its run and nothing else); every write as a viewer is refused."""
+reads its run and nothing else: 403, or 404 where the endpoint does not exist for it); every write as a viewer is refused."""
 
 from __future__ import annotations
 
+import io
 import re
 
 import pytest
 from gyre_web.alerts.services import create_webhook
 from gyre_web.cluster.services import register_gpu
+from gyre_web.datasets.services import create_dataset
 from gyre_web.runs import services
 from gyre_web.sweeps.services import create_sweep
 from gyre_web.teams import services as teams
@@ -18,8 +20,10 @@ from tests.platform.uploads import fake_checkpoint, fake_export
 
 pytestmark = pytest.mark.django_db
 TEAM_SCOPED = (
-    "teams", "experiments", "runs", "rollouts", "trees", "share-links", "webhooks", "sweeps"
+    "teams", "experiments", "runs", "rollouts", "trees", "share-links", "webhooks", "sweeps",
+    "datasets",
 )  # fmt: skip
+NOT_FOR_SHARE_LINKS = ("datasets",)  # a share link finds nothing there: 404, not 403
 
 
 @pytest.fixture
@@ -56,6 +60,9 @@ def world(people, sim_config):
         "teams": people["team"].pk, "experiments": exp.pk, "runs": run.pk,
         "rollouts": run.rollouts.get().pk, "trees": tree.pk, "gpus": gpu.pk,
         "tokens": token.pk, "share-links": link.pk, "webhooks": hook.pk, "sweeps": sweep.pk,
+        "datasets": create_dataset(
+            team=people["team"], name="d", kind="tasks", upload=io.BytesIO(b'{"id": "t"}\n')
+        ).pk,
     }  # fmt: skip
     return {"ids": ids, "node": tree.tree_nodes.get().pk, "run": run, "share": share_key}
 
@@ -96,7 +103,9 @@ def test_every_get_endpoint_as_every_caller(world, people, client_for):
         shared = client_for().get(url, HTTP_X_GYRE_SHARE=world["share"]).status_code
         readable = collection in ("runs", "rollouts", "trees", "experiments", "sweeps")
         assert shared < 500, url
-        if not readable and template not in OPEN:
+        if collection in NOT_FOR_SHARE_LINKS:
+            assert shared == 404, url
+        elif not readable and template not in OPEN:
             assert shared == 403, url
 
 
@@ -142,6 +151,7 @@ def test_every_write_as_a_viewer_is_refused(world, people, client_for, sim_confi
             },
         ),
         ("post", f"/api/sweeps/{ids['sweeps']}/cancel/", None),
+        ("delete", f"/api/datasets/{ids['datasets']}/", None),  # upload: test_datasets.py
     ]
     for method, url, body in writes:
         status = getattr(viewer, method)(url, body, format="json").status_code

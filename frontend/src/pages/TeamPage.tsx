@@ -1,9 +1,10 @@
 // Teams: members and roles, personal API tokens (secret shown once), share links,
-// webhooks called when a run ends (with their delivery log).
+// webhooks called when a run ends (with their delivery log), datasets.
 
 import { useCallback, useEffect, useState } from "react";
+import { DatasetsPanel } from "../components/DatasetsPanel";
 import { api, listAll } from "../lib/api";
-import type { Team } from "../lib/types";
+import { type Team, WRITE_ROLES } from "../lib/types";
 
 interface Member {
   id: number;
@@ -220,6 +221,7 @@ export function TeamPage() {
               refresh deliveries
             </button>
           </form>
+          <DatasetsPanel key={team.id} teamId={team.id} canWrite={WRITE_ROLES.includes(team.role ?? "")} />
         </section>
       )}
       <section>

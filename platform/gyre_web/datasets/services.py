@@ -3,12 +3,13 @@
 
 A failed upload leaves nothing: the bytes are checked in ``datasets/.incoming/`` and moved
 into the team's folder only when they pass, and the moved file is removed again if its row
-cannot be written."""
+cannot be written (a staged file a killed process left is removed a day later)."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import time
 import uuid
 from pathlib import Path
 from typing import IO, Any
@@ -18,16 +19,27 @@ from django.db import transaction
 from django.db.models.signals import post_delete
 from django.dispatch import receiver
 
-from gyre_web.datasets.checks import DatasetRejected, inspect
+from gyre_core.data_files import DataFileError as DatasetRejected
+from gyre_core.data_files import inspect
 from gyre_web.datasets.models import Dataset, Format, Kind, team_folder
 
 log = logging.getLogger(__name__)
 __all__ = ["DatasetRejected", "create_dataset", "delete_dataset"]
 
 
+STALE_SECONDS = 24 * 3600  # a staged upload this old lost its process: removed
+
+
 def _incoming() -> Path:
     folder = Path(settings.GYRE_DATA_DIR) / "datasets" / ".incoming"
     folder.mkdir(parents=True, exist_ok=True)
+    cutoff = time.time() - STALE_SECONDS
+    for part in folder.glob("*.part"):
+        try:
+            if part.stat().st_mtime < cutoff:
+                part.unlink()
+        except OSError:  # another upload removed it first
+            pass
     return folder
 
 

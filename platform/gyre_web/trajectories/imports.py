@@ -20,11 +20,11 @@ from gyre_core.trajectory.export import (
     GroupExport,
     TrajectoryFormatError,
     export_group,
+    format_fields,
     read_rollouts,
     run_weighting,
 )
 from gyre_core.trajectory.export import Rollout as CoreRollout
-from gyre_core.trajectory.format import FORMAT
 from gyre_web.trajectories import payloads
 from gyre_web.trajectories.models import Rollout, Tree
 from gyre_web.trajectories.services import rollout_row, store_tree
@@ -73,34 +73,10 @@ def _copy_bounded(upload: IO[bytes], path: Path, limit: int) -> None:
             out.write(chunk)
 
 
-def known_fields(r: CoreRollout) -> dict[str, Any]:
-    """One rollout as a ``gyre.trajectory/v1`` line holding the format's fields only."""
-    calls = []
-    for c in r.calls:
-        call: dict[str, Any] = {"call_id": c.call_id, "agent": c.agent, "kind": c.kind}
-        if c.prefix is not None:
-            call["prefix"] = {"call_id": c.prefix.call_id, "tokens": c.prefix.tokens}
-        call["prompt_ids"] = c.prompt_ids.tolist()
-        call["completion_ids"] = c.completion_ids.tolist()
-        call["logprobs"] = c.logprobs.tolist()  # float64: printed back exactly
-        call["versions"] = c.versions.tolist()
-        calls.append(call)
-    return {
-        "format": FORMAT,
-        "rollout_id": r.rollout_id,
-        "task_id": r.task_id,
-        "group_id": r.group_id,
-        "status": r.status,
-        "progress": r.progress,
-        "reward": r.score,
-        "calls": calls,
-    }
-
-
 def _write_known(rollouts: list[CoreRollout], path: Path) -> None:
     with open(path, "x", encoding="utf-8") as out:
         for r in rollouts:
-            out.write(json.dumps(known_fields(r), separators=(",", ":")) + "\n")
+            out.write(json.dumps(format_fields(r), separators=(",", ":")) + "\n")
 
 
 def _import_file(run: Any, staged: Path, path: Path, decode: Decode | None) -> dict[str, int]:

@@ -1,4 +1,5 @@
-"""What an uploaded dataset file must be, read as its kind's readers read it.
+"""What a data file must be to be kept as a dataset of its kind (the platform's uploads),
+read as that kind's readers read it, before any run does.
 
 - ``tasks``: JSONL, one JSON object a line (``rollout.tasks``), or a Parquet file (its
   first bytes say so, never the client's file name) whose rows are read batch by batch;
@@ -8,8 +9,8 @@
   message's ``token_ids``/``logprobs``), checked without a tokenizer.
 
 Every string (keys included) is free of NUL and lone surrogates (Postgres text holds
-neither) and every number finite. A refusal is a :class:`DatasetRejected` whose message
-gives the line (or Parquet row) and the field inside it, never a server path.
+neither) and every number finite. A refusal is a :class:`DataFileError` whose message
+gives the line (or Parquet row) and the field inside it, never the file's path.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ PARQUET_MAGIC = b"PAR1"
 _BAD_TEXT = re.compile(r"[\x00\ud800-\udfff]")
 
 
-class DatasetRejected(ValueError):
-    """The upload cannot be kept; ``field`` is the request field it is about."""
+class DataFileError(ValueError):
+    """The file (or its kind) cannot be kept; ``field`` is ``file`` or ``kind``."""
 
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"{field}: {problem}")
@@ -39,8 +40,8 @@ class _LineError(LocatedError):
     pass
 
 
-def _located(where: str, field: str, problem: str) -> DatasetRejected:
-    return DatasetRejected("file", f"{where}: {field}: {problem}")
+def _located(where: str, field: str, problem: str) -> DataFileError:
+    return DataFileError("file", f"{where}: {field}: {problem}")
 
 
 def bad_text(value: Any, path: str = "") -> str | None:
@@ -78,22 +79,28 @@ def _lines(path: Path, max_line_bytes: int) -> Iterator[tuple[int, Any]]:
         raise _located(f"line {e.line}", e.field, e.problem) from None
 
 
+KINDS = ("tasks", "trajectories")
+
+
 def inspect(path: Path, kind: str, max_line_bytes: int) -> tuple[str, int]:
-    """Check the file at ``path`` as a dataset of ``kind``; -> (format, rows)."""
+    """Check the file at ``path`` as a dataset of ``kind``; -> (format, rows): format is
+    ``jsonl`` or ``parquet`` (tasks), ``trajectory`` or ``chat_log`` (trajectories)."""
+    if kind not in KINDS:
+        raise DataFileError("kind", f"expected one of {', '.join(KINDS)}")
     with open(path, "rb") as fh:
         parquet = fh.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC
     if kind == "tasks":
         rows = _parquet_tasks(path) if parquet else _jsonl_tasks(path, max_line_bytes)
         if not rows:
-            raise DatasetRejected("file", "the file holds no task")
+            raise DataFileError("file", "the file holds no task")
         return ("parquet" if parquet else "jsonl"), rows
     if parquet:
-        raise DatasetRejected(
+        raise DataFileError(
             "file", "a trajectories dataset is JSONL (gyre.trajectory/v1 or a message log)"
         )
     fmt, rows = _trajectories(path, max_line_bytes)
     if not rows:
-        raise DatasetRejected("file", "the file holds no rollout or conversation")
+        raise DataFileError("file", "the file holds no rollout or conversation")
     return fmt, rows
 
 
@@ -112,15 +119,17 @@ def _parquet_tasks(path: Path) -> int:
 
     rows = 0
     try:
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
-            for row in batch.to_pylist():
-                rows += 1
-                _check_values(row, f"row {rows}")
-    except DatasetRejected:
+        with open(path, "rb") as fh:  # a file object: pyarrow's errors then name no path
+            for batch in pq.ParquetFile(fh).iter_batches(batch_size=1024):
+                for row in batch.to_pylist():
+                    rows += 1
+                    _check_values(row, f"row {rows}")
+    except DataFileError:
         raise
     except Exception as e:  # pyarrow's errors have no common base
-        problem = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-        raise DatasetRejected("file", f"not a readable Parquet file ({problem})") from None
+        text = str(e).replace(str(path), "<file>")
+        problem = text.splitlines()[0][:200] if text else type(e).__name__
+        raise DataFileError("file", f"not a readable Parquet file ({problem})") from None
     return rows
 
 
@@ -136,7 +145,10 @@ def _trajectories(path: Path, max_line_bytes: int) -> tuple[str, int]:
             try:
                 rid = parse_rollout(obj, "file", lineno).rollout_id
             except TrajectoryFormatError as e:
-                raise _located(where, e.field, e.problem) from None
+                problem = e.problem
+                if not rows and e.field == "format":
+                    problem += f" (a {FORMAT} line, or a message log's line with 'messages')"
+                raise _located(where, e.field, problem) from None
         else:
             rid = _conversation(obj, where, lineno)
         if rid in seen:
