@@ -203,6 +203,21 @@ def test_an_address_is_the_operators(
         assert _policy()._get(cfg, field) == mine  # the worker runs the operator's
 
 
+def test_a_reported_run_names_its_own_paths_but_a_fork_of_it_is_checked(
+    people, exp, sim_config, client_for
+):
+    """A run reported from a terminal runs there: its paths are its reporter's. Forked, it
+    runs here, and the whole merged config is checked."""
+    member = client_for(people["member"])
+    config = _with(sim_config, "model.checkpoint", "/home/me/model")
+    made = member.post("/api/runs/report/", {"experiment": exp.pk, "config": config},
+                       format="json")  # fmt: skip
+    assert made.status_code == 201, made.content
+    fork = member.post(f"/api/runs/{made.json()['id']}/fork/", {"changes": {"seed": 3}},
+                       format="json")  # fmt: skip
+    _refused(fork, "model.checkpoint")
+
+
 def test_a_resume_is_checked_again(people, exp, sim_config, client_for):
     run = services.create_run(experiment=exp, config=sim_config, launch=False)
     stored = _with(sim_config, "rollout.env", "subprocess:Popen")
