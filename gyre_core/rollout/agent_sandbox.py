@@ -1,0 +1,185 @@
+"""Where an agent command runs: the environment it gets and the sandbox around it.
+
+An agent command's environment is built from an explicit list, never inherited: the
+session (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``), the task (``GYRE_MODEL``,
+``GYRE_TASK_ID``, ``GYRE_TASK_PROMPT``, ``GYRE_TASK_DIR``, ``GYRE_SEED``), ``HOME`` (its own
+folder), ``TMPDIR``, ``PATH`` (the run's interpreter's folder, then the system's) and
+``LANG``, plus the variables the operator names in ``GYRE_AGENT_ENV`` (``"NAME1,NAME2"``),
+taken from the worker's environment where set.
+
+Each rollout's command gets a folder of its own, created fresh and removed when it ends.
+With ``GYRE_AGENT_SANDBOX=bwrap`` (the default) it runs under bubblewrap (``bwrap``):
+
+* its own user namespace (uid and gid 65534 inside, no capabilities), pid namespace (its
+  ``/proc`` lists its own processes only), IPC and UTS namespaces, dying with its parent;
+* a mount namespace of read-only binds: ``/usr`` (and its ``/bin``, ``/lib`` links), a few
+  files of ``/etc`` (name resolution, certificates, users), the run's interpreter
+  (``sys.prefix``, ``sys.base_prefix``), and the files its command line names (a named
+  file's folder too where that lies below the directory the run started in, not the
+  directory itself); writable: its own folder and the task's folder (``GYRE_TASK_DIR``);
+  a private ``/tmp``, a minimal ``/dev``. Nothing else exists in it: not the run's
+  folders, the data directory, other rollouts' folders, nor ``/etc``'s other files;
+* the host's network namespace, kept because the agent reaches its session's endpoint on
+  the loopback address: it can open connections wherever the worker can.
+
+``GYRE_AGENT_SANDBOX=none`` runs the command unconfined (the environment is still the
+list above), for a user of ``gyre run`` on their own machine who chooses it; the platform
+refuses it. A missing or unusable ``bwrap`` fails the run at its start, saying so.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+SANDBOXES = ("bwrap", "none")
+SANDBOX_VAR, ENV_VAR = "GYRE_AGENT_SANDBOX", "GYRE_AGENT_ENV"
+ETC_FILES = ("hosts", "resolv.conf", "nsswitch.conf", "host.conf", "gai.conf", "passwd",
+             "group", "localtime", "ssl", "ca-certificates", "alternatives", "ld.so.cache",
+             "ld.so.conf", "ld.so.conf.d", "mime.types")  # fmt: skip
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class SandboxError(RuntimeError):
+    """The agent sandbox cannot be used as configured (the message says why)."""
+
+
+def sandbox_setting(environ: Mapping[str, str] = os.environ) -> str:
+    """``GYRE_AGENT_SANDBOX``: ``bwrap`` (the default) or ``none``."""
+    value = environ.get(SANDBOX_VAR, "").strip().lower() or "bwrap"
+    if value not in SANDBOXES:
+        raise SandboxError(f"{SANDBOX_VAR}={value!r}: must be one of {', '.join(SANDBOXES)}")
+    return value
+
+
+def operator_names(environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+    """``GYRE_AGENT_ENV``: the variable names an operator passes on to agents."""
+    names = tuple(n.strip() for n in environ.get(ENV_VAR, "").split(",") if n.strip())
+    bad = [n for n in names if not _NAME.fullmatch(n)]
+    if bad:
+        raise SandboxError(f"{ENV_VAR}: not a variable name: {', '.join(map(repr, bad))}")
+    return names
+
+
+def agent_environment(
+    session: Mapping[str, str], home: Path, environ: Mapping[str, str] = os.environ
+) -> dict[str, str]:
+    """An agent's whole environment: the defaults, the operator's variables (those set in
+    ``environ``), then the session's variables and its folders, which nothing overrides."""
+    env = {"PATH": f"{Path(sys.executable).parent}:{SYSTEM_PATH}", "LANG": "C.UTF-8"}
+    env.update({n: environ[n] for n in operator_names(environ) if n in environ})
+    env.update(session)
+    env.update({"HOME": str(home), "TMPDIR": str(home / "tmp")})
+    return env
+
+
+def check_bwrap() -> None:
+    """Raise :class:`SandboxError` unless ``bwrap`` is installed and can start a sandbox
+    here (the probe runs once a process)."""
+    problem = _bwrap_problem()
+    if problem:
+        raise SandboxError(problem)
+
+
+@functools.cache
+def _bwrap_problem() -> str:
+    exe = shutil.which("bwrap")
+    if exe is None:
+        return (
+            "agent commands run under bubblewrap, and `bwrap` is not on PATH: install the "
+            f"`bubblewrap` package (Debian/Ubuntu), or set {SANDBOX_VAR}=none to run agents "
+            "unconfined with `gyre run` on your own machine"
+        )
+    probe = [*_namespaces(exe), *_system_binds(), "--", "/bin/sh", "-c", "true"]
+    try:
+        done = subprocess.run(probe, capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"bwrap cannot start a sandbox here: {e}"
+    if done.returncode != 0:
+        why = done.stderr.decode(errors="replace").strip()[-500:]
+        return (
+            f"bwrap cannot start a sandbox here ({why}); it needs user namespaces "
+            "(in a container: a seccomp profile that allows them)"
+        )
+    return ""
+
+
+def _namespaces(exe: str) -> list[str]:
+    return [exe, "--unshare-user", "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL",
+            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]  # fmt: skip
+
+
+def _system_binds() -> list[str]:
+    out = ["--ro-bind", "/usr", "/usr"]
+    for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        p = Path("/") / top
+        if p.is_symlink():
+            out += ["--symlink", os.readlink(p), str(p)]
+        elif p.is_dir():
+            out += ["--ro-bind", str(p), str(p)]
+    for name in ETC_FILES:
+        if (Path("/etc") / name).exists():
+            out += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    return out
+
+
+def _named_paths(argv: Sequence[str], cwd: Path, environ: Mapping[str, str]) -> list[Path]:
+    """What a command line names that exists strictly below ``cwd``: each such word's path,
+    and a named file's folder where that lies strictly below ``cwd`` too. Never a path with
+    a hidden part (``.data``, ``.env``, ``.git``) nor one in ``GYRE_DATA_DIR``."""
+    data = environ.get("GYRE_DATA_DIR")
+    hidden = [Path(os.path.abspath(cwd / data))] if data else []
+
+    def allowed(p: Path) -> bool:
+        if p == cwd or not p.is_relative_to(cwd):
+            return False
+        if any(part.startswith(".") for part in p.relative_to(cwd).parts):
+            return False
+        return not any(p.is_relative_to(h) or h.is_relative_to(p) for h in hidden)
+
+    out: list[Path] = []
+    for word in argv:
+        if not word or word.startswith("-"):
+            continue
+        p = Path(os.path.abspath(cwd / word))
+        if p.exists() and allowed(p):
+            out.append(p)
+            if p.is_file() and allowed(p.parent):
+                out.append(p.parent)
+    return out
+
+
+def bwrap_command(
+    argv: Sequence[str],
+    home: Path,
+    task_dir: str | None,
+    cwd: Path | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> list[str]:
+    """``argv`` wrapped in the sandbox described in the module; it starts in ``cwd``
+    (where the run started: relative paths of the command line resolve as outside)."""
+    exe = shutil.which("bwrap")
+    if exe is None:
+        raise SandboxError(_bwrap_problem() or "bwrap is not on PATH")
+    cwd = Path(os.path.abspath(cwd or Path.cwd()))
+    out = [*_namespaces(exe), *_system_binds()]
+    prefixes = {Path(sys.prefix), Path(sys.base_prefix)}
+    for p in sorted(prefixes | set(_named_paths(argv, cwd, environ)), key=lambda q: len(q.parts)):
+        out += ["--ro-bind", str(p), str(p)]
+    for rw in (home, Path(task_dir) if task_dir else None):
+        if rw is not None:
+            out += ["--bind", str(rw), str(rw)]
+    out += ["--dir", str(cwd), "--chdir", str(cwd), "--", *argv]
+    return out
+
+
+__all__ = ["SANDBOXES", "SandboxError", "agent_environment", "bwrap_command", "check_bwrap",
+           "operator_names", "sandbox_setting"]  # fmt: skip
