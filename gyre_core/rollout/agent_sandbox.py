@@ -76,7 +76,7 @@ def agent_environment(
     env = {"PATH": f"{Path(sys.executable).parent}:{SYSTEM_PATH}", "LANG": "C.UTF-8"}
     env.update({n: environ[n] for n in operator_names(environ) if n in environ})
     env.update(session)
-    env.update({"HOME": str(home), "TMPDIR": str(home / "tmp")})
+    env.update({"HOME": str(home), "TMPDIR": str(home / "tmp"), "PWD": os.getcwd()})
     return env
 
 
@@ -134,23 +134,33 @@ def _system_binds() -> list[str]:
 def _named_paths(argv: Sequence[str], cwd: Path, environ: Mapping[str, str]) -> list[Path]:
     """What a command line names that exists strictly below ``cwd``: each such word's path,
     and a named file's folder where that lies strictly below ``cwd`` too. Never a path with
-    a hidden part (``.data``, ``.env``, ``.git``) nor one in ``GYRE_DATA_DIR``."""
+    a hidden part (``.data``, ``.env``, ``.git``), nor one in or above ``GYRE_DATA_DIR``,
+    nor one whose symbolic links lead elsewhere."""
     data = environ.get("GYRE_DATA_DIR")
-    hidden = [Path(os.path.abspath(cwd / data))] if data else []
+    hidden = [Path(os.path.abspath(cwd / data)).resolve()] if data else []
+    real_cwd = cwd.resolve()
+
+    def below(p: Path, top: Path) -> bool:
+        if p == top or not p.is_relative_to(top):
+            return False
+        return not any(part.startswith(".") for part in p.relative_to(top).parts)
 
     def allowed(p: Path) -> bool:
-        if p == cwd or not p.is_relative_to(cwd):
+        real = p.resolve()
+        if not below(p, cwd) or not below(real, real_cwd):
             return False
-        if any(part.startswith(".") for part in p.relative_to(cwd).parts):
-            return False
-        return not any(p.is_relative_to(h) or h.is_relative_to(p) for h in hidden)
+        return not any(real.is_relative_to(h) or h.is_relative_to(real) for h in hidden)
 
     out: list[Path] = []
     for word in argv:
         if not word or word.startswith("-"):
             continue
         p = Path(os.path.abspath(cwd / word))
-        if p.exists() and allowed(p):
+        try:
+            ok = p.exists() and allowed(p)
+        except (OSError, ValueError, RuntimeError):  # too long for a path, a NUL, a loop
+            ok = False
+        if ok:
             out.append(p)
             if p.is_file() and allowed(p.parent):
                 out.append(p.parent)
@@ -177,7 +187,7 @@ def bwrap_command(
     for rw in (home, Path(task_dir) if task_dir else None):
         if rw is not None:
             out += ["--bind", str(rw), str(rw)]
-    out += ["--dir", str(cwd), "--chdir", str(cwd), "--", *argv]
+    out += ["--dir", str(cwd), "--remount-ro", "/", "--chdir", str(cwd), "--", *argv]
     return out
 
 

@@ -92,9 +92,11 @@ def live_with(token: str) -> list[int]:
     out = []
     for d in Path("/proc").iterdir():
         try:
-            if d.name.isdigit() and token in (d / "cmdline").read_bytes().decode(errors="replace"):
-                if (d / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                    out.append(int(d.name))
+            if not d.name.isdigit():
+                continue
+            mine = token in (d / "cmdline").read_bytes().decode(errors="replace")
+            if mine and (d / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                out.append(int(d.name))
         except OSError:
             continue
     return out
