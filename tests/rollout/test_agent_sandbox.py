@@ -30,10 +30,13 @@ DOCUMENTED = {"OPENAI_BASE_URL", "OPENAI_API_KEY", "GYRE_MODEL", "GYRE_TASK_ID",
 # task's folder.
 DUMP_ENV = """
 import json, os
-d = os.environ["GYRE_TASK_DIR"]
-open(os.path.join(os.environ["HOME"], "mine.txt"), "w").write("ok")
-open(os.path.join(os.environ["TMPDIR"], "t.txt"), "w").write("ok")
-json.dump({"env": dict(os.environ), "cwd": os.getcwd()}, open(os.path.join(d, "report.json"), "w"))
+home, tmp = os.environ.get("HOME", ""), os.environ.get("TMPDIR", "")
+writable = "gyre-agent-" in home and "gyre-agent-" in tmp  # (never the worker's own HOME)
+if writable:
+    open(os.path.join(home, "mine.txt"), "w").write("ok")
+    open(os.path.join(tmp, "t.txt"), "w").write("ok")
+report = {"env": dict(os.environ), "cwd": os.getcwd(), "writable": writable}
+json.dump(report, open(os.path.join(os.environ["GYRE_TASK_DIR"], "report.json"), "w"))
 """
 
 # Agent A: tells where its folder is, keeps a file there, then waits to be told to stop.
@@ -116,14 +119,14 @@ def test_an_agent_gets_the_documented_environment_and_no_secret(
     asyncio.run(command(DUMP_ENV).run(t))
     report = json.loads((tmp_path / "task" / "report.json").read_text())
     env = report["env"]
-    assert set(env) == DOCUMENTED | {"GYRE_TEST_OPERATOR_VAR"}  # nothing else passes
     assert SECRET not in json.dumps(report) and "pw-42" not in json.dumps(report)
+    assert set(env) == DOCUMENTED | {"GYRE_TEST_OPERATOR_VAR"}  # nothing else passes
     assert env["GYRE_TEST_OPERATOR_VAR"] == "passed on"
     assert env["OPENAI_API_KEY"] == "session-key-1" and env["GYRE_SEED"] == "7"
     assert env["OPENAI_BASE_URL"] == t.base_url and env["GYRE_TASK_DIR"] == t.workdir
     home = Path(env["HOME"])
     assert home != Path.home() and home.name.startswith("gyre-agent-")
-    assert Path(env["TMPDIR"]) == home / "tmp"
+    assert Path(env["TMPDIR"]) == home / "tmp" and report["writable"]
     assert report["cwd"] == os.getcwd()  # relative paths of its command line still resolve
     assert not home.exists()  # its folder is removed when it ends
 
