@@ -3,22 +3,23 @@
 An agent command's environment is built from an explicit list, never inherited: the
 session (``OPENAI_BASE_URL``, ``OPENAI_API_KEY``), the task (``GYRE_MODEL``,
 ``GYRE_TASK_ID``, ``GYRE_TASK_PROMPT``, ``GYRE_TASK_DIR``, ``GYRE_SEED``), ``HOME`` (its own
-folder), ``TMPDIR``, ``PATH`` (the run's interpreter's folder, then the system's) and
-``LANG``, plus the variables the operator names in ``GYRE_AGENT_ENV`` (``"NAME1,NAME2"``),
-taken from the worker's environment where set.
+folder), ``TMPDIR`` (in it), ``PWD``, ``PATH`` (the run's interpreter's folder, then the
+system's) and ``LANG``, plus the variables the operator names in ``GYRE_AGENT_ENV``
+(``"NAME1,NAME2"``), taken from the worker's environment where set.
 
-Each rollout's command gets a folder of its own, created fresh and removed when it ends.
-With ``GYRE_AGENT_SANDBOX=bwrap`` (the default) it runs under bubblewrap (``bwrap``):
+Each rollout's command gets a folder of its own, created fresh and removed when it ends,
+and starts in the directory the run started in. With ``GYRE_AGENT_SANDBOX=bwrap`` (the
+default) it runs under bubblewrap (``bwrap``):
 
 * its own user namespace (uid and gid 65534 inside, no capabilities), pid namespace (its
   ``/proc`` lists its own processes only), IPC and UTS namespaces, dying with its parent;
-* a mount namespace of read-only binds: ``/usr`` (and its ``/bin``, ``/lib`` links), a few
-  files of ``/etc`` (name resolution, certificates, users), the run's interpreter
-  (``sys.prefix``, ``sys.base_prefix``), and the files its command line names (a named
-  file's folder too where that lies below the directory the run started in, not the
-  directory itself); writable: its own folder and the task's folder (``GYRE_TASK_DIR``);
-  a private ``/tmp``, a minimal ``/dev``. Nothing else exists in it: not the run's
-  folders, the data directory, other rollouts' folders, nor ``/etc``'s other files;
+* a mount namespace whose root is read-only and holds only: ``/usr`` (and its ``/bin``,
+  ``/lib`` links), a few files of ``/etc`` (name resolution, certificates, users), the
+  run's interpreter (``sys.prefix``, ``sys.base_prefix``), the files its command line
+  names below the directory the run started in (see :func:`_named_paths`), a private
+  ``/tmp``, a minimal ``/dev``, its own ``/proc``; writable: its own folder and the
+  task's folder (``GYRE_TASK_DIR``). Not the runs' folders, the data directory, other
+  rollouts' folders, nor ``/etc``'s other files;
 * the host's network namespace, kept because the agent reaches its session's endpoint on
   the loopback address: it can open connections wherever the worker can.
 
