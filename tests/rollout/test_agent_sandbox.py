@@ -217,3 +217,40 @@ def test_bad_sandbox_settings_are_refused_by_name(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("GYRE_AGENT_ENV", "OK_NAME,not-a-name")
     with pytest.raises(PluginError, match="GYRE_AGENT_ENV: not a variable name: 'not-a-name'"):
         ExternalAgent.from_config(RolloutConfig(agent_command="python agent.py"))
+
+
+READ_PATHS = """
+import json, os, sys
+from helper import VALUE  # beside the agent's script: its folder is there
+out = {"helper": VALUE, "read": {}}
+for path in json.loads(os.environ["GYRE_TASK_PROMPT"]):
+    try:
+        out["read"][path] = open(path).read()
+    except OSError as e:
+        out["read"][path] = type(e).__name__
+json.dump(out, open(os.path.join(os.environ["GYRE_TASK_DIR"], "report.json"), "w"))
+"""
+
+
+def test_the_data_dir_and_the_start_directory_are_not_in_the_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the agent's own files are there: not the data directory (hidden or set by
+    GYRE_DATA_DIR), even when its command line names them, nor the rest of the directory
+    the run started in."""
+    monkeypatch.delenv("GYRE_AGENT_SANDBOX", raising=False)
+    start = tmp_path / "start"
+    files = {".data/runs/1/weights.txt": "team A's weights", "data2/gyre.sqlite3": "the db",
+             "settings.env": "GYRE_SECRET_KEY=x", "agents/mine/helper.py": "VALUE = 'helper'",
+             "agents/mine/agent.py": READ_PATHS}  # fmt: skip
+    for name, text in files.items():
+        (start / name).parent.mkdir(parents=True, exist_ok=True)
+        (start / name).write_text(text)
+    monkeypatch.setenv("GYRE_DATA_DIR", str(start / "data2"))
+    monkeypatch.chdir(start)
+    secrets = [".data/runs/1/weights.txt", "data2/gyre.sqlite3", "settings.env"]
+    agent = ExternalAgent(command=("python", "agents/mine/agent.py", *secrets[:2]))
+    asyncio.run(agent.run(task(tmp_path / "task", prompt=json.dumps(secrets))))
+    report = json.loads((tmp_path / "task" / "report.json").read_text())
+    assert report["helper"] == "helper"
+    assert report["read"] == {p: "FileNotFoundError" for p in secrets}
