@@ -39,6 +39,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from gyre_core.rollout.agent_bridge import FORWARDER, SOCKET_NAME
+
 SANDBOXES = ("bwrap", "none")
 SANDBOX_VAR, ENV_VAR = "GYRE_AGENT_SANDBOX", "GYRE_AGENT_ENV"
 ETC_FILES = ("hosts", "resolv.conf", "nsswitch.conf", "host.conf", "gai.conf", "passwd",
@@ -98,7 +100,7 @@ def _bwrap_problem() -> str:
             f"`bubblewrap` package (Debian/Ubuntu), or set {SANDBOX_VAR}=none to run agents "
             "unconfined with `gyre run` on your own machine"
         )
-    probe = [*_namespaces(exe), *_system_binds(), "--", "/bin/sh", "-c", "true"]
+    probe = [*_namespaces(exe), *_system_binds(), "--unshare-net", "--", "/bin/sh", "-c", "true"]
     try:
         done = subprocess.run(probe, capture_output=True, timeout=30, check=False)
     except (OSError, subprocess.SubprocessError) as e:
@@ -172,11 +174,14 @@ def bwrap_command(
     argv: Sequence[str],
     home: Path,
     task_dir: str | None,
+    endpoint_port: int,
     cwd: Path | None = None,
     environ: Mapping[str, str] = os.environ,
 ) -> list[str]:
     """``argv`` wrapped in the sandbox described in the module; it starts in ``cwd``
-    (where the run started: relative paths of the command line resolve as outside)."""
+    (where the run started: relative paths of the command line resolve as outside), behind
+    the forwarder that carries ``127.0.0.1:endpoint_port`` to the bridge's socket in
+    ``home`` (:mod:`~gyre_core.rollout.agent_bridge`)."""
     exe = shutil.which("bwrap")
     if exe is None:
         raise SandboxError(_bwrap_problem() or "bwrap is not on PATH")
@@ -188,8 +193,9 @@ def bwrap_command(
     for rw in (home, Path(task_dir) if task_dir else None):
         if rw is not None:
             out += ["--bind", str(rw), str(rw)]
-    out += ["--dir", str(cwd), "--remount-ro", "/", "--chdir", str(cwd), "--", *argv]
-    return out
+    out += ["--unshare-net", "--dir", str(cwd), "--remount-ro", "/", "--chdir", str(cwd)]
+    forwarder = [sys.executable, "-I", "-S", "-c", FORWARDER, str(home / SOCKET_NAME)]
+    return [*out, "--", *forwarder, str(endpoint_port), *argv]
 
 
 __all__ = ["SANDBOXES", "SandboxError", "agent_environment", "bwrap_command", "check_bwrap",

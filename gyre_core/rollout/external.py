@@ -42,8 +42,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from gyre_core.events import EventSink, RolloutFinished, RolloutProgress, RolloutStarted
+from gyre_core.rollout.agent_bridge import endpoint_bridge
 from gyre_core.rollout.agent_sandbox import (
     SandboxError,
     agent_environment,
@@ -134,10 +136,14 @@ class ExternalAgent:
         try:
             (home / "tmp").mkdir()
             env = agent_environment(session, home)
-            sandbox = self.sandbox or sandbox_setting()
-            if sandbox == "bwrap":
-                argv = bwrap_command(argv, home, task.workdir)
-            await self._spawn(argv, env)
+            if (self.sandbox or sandbox_setting()) == "none":
+                await self._spawn(argv, env)
+                return
+            url = urlsplit(task.base_url)  # the endpoint's loopback address, reached by a bridge
+            port = url.port or 80
+            argv = bwrap_command(argv, home, task.workdir, port)
+            async with endpoint_bridge(home, url.hostname or "127.0.0.1", port):
+                await self._spawn(argv, env)
         except SandboxError as e:
             raise AgentFailed(str(e), "") from e
         finally:

@@ -93,7 +93,7 @@ json.dump(out, open(os.path.join(os.environ["GYRE_TASK_DIR"], "report.json"), "w
 
 def task(folder: Path, prompt: str = "do it", key: str = "k") -> AgentTask:
     folder.mkdir(parents=True, exist_ok=True)
-    return AgentTask("http://127.0.0.1:9/v1", key, "gyre-policy", "t0", prompt, str(folder), 7)
+    return AgentTask("http://127.0.0.1:59999/v1", key, "gyre-policy", "t0", prompt, str(folder), 7)
 
 
 def command(code: str, *extra: str) -> ExternalAgent:
@@ -254,3 +254,58 @@ def test_the_data_dir_and_the_start_directory_are_not_in_the_sandbox(
     report = json.loads((tmp_path / "task" / "report.json").read_text())
     assert report["helper"] == "helper"
     assert report["read"] == {p: "FileNotFoundError" for p in secrets}
+
+
+CONNECT = """
+import json, os, socket
+from urllib.parse import urlsplit
+p = json.loads(os.environ["GYRE_TASK_PROMPT"])
+out = {}
+url = urlsplit(os.environ["OPENAI_BASE_URL"])
+with socket.create_connection((url.hostname, url.port), timeout=5) as s:  # its endpoint
+    s.sendall(b"ping")
+    out["endpoint"] = s.recv(100).decode()
+for port in p["ports"]:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        out[str(port)] = "connected"
+    except OSError as e:
+        out[str(port)] = type(e).__name__
+json.dump(out, open(os.path.join(os.environ["GYRE_TASK_DIR"], "report.json"), "w"))
+"""
+
+
+def test_an_agent_reaches_its_endpoint_and_nothing_else_on_the_network(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its base URL's loopback port is its session's endpoint (here an echo server); the
+    host's other loopback services (one of the test's own, Postgres, Redis) are not there."""
+    monkeypatch.delenv("GYRE_AGENT_SANDBOX", raising=False)
+    accepted: list[int] = []
+
+    async def main() -> None:
+        async def echo(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            w.write(b"pong:" + await r.read(100))
+            await w.drain()
+            w.close()
+
+        async def service(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            accepted.append(1)
+            w.close()
+
+        endpoint = await asyncio.start_server(echo, "127.0.0.1", 0)
+        other = await asyncio.start_server(service, "127.0.0.1", 0)
+        port, other_port = (s.sockets[0].getsockname()[1] for s in (endpoint, other))
+        t = AgentTask(f"http://127.0.0.1:{port}/s/k/v1", "k", "m", "t0",
+                      json.dumps({"ports": [other_port, 5432, 6379]}), str(tmp_path), 0)  # fmt: skip
+        try:
+            await command(CONNECT).run(t)
+        finally:
+            endpoint.close()
+            other.close()
+        report = json.loads((tmp_path / "report.json").read_text())
+        assert report.pop("endpoint") == "pong:ping"
+        assert report == {str(p): "ConnectionRefusedError" for p in (other_port, 5432, 6379)}
+
+    asyncio.run(main())
+    assert accepted == []
