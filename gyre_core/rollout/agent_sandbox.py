@@ -20,8 +20,9 @@ default) it runs under bubblewrap (``bwrap``):
   ``/tmp``, a minimal ``/dev``, its own ``/proc``; writable: its own folder and the
   task's folder (``GYRE_TASK_DIR``). Not the runs' folders, the data directory, other
   rollouts' folders, nor ``/etc``'s other files;
-* the host's network namespace, kept because the agent reaches its session's endpoint on
-  the loopback address: it can open connections wherever the worker can.
+* a network namespace of its own with only its own loopback: its session's base URL
+  reaches the endpoint through a bridge (:mod:`~gyre_core.rollout.agent_bridge`), and
+  nothing else of the host's network or any other host is reachable.
 
 ``GYRE_AGENT_SANDBOX=none`` runs the command unconfined (the environment is still the
 list above), for a user of ``gyre run`` on their own machine who chooses it; the platform
