@@ -5,12 +5,14 @@ A run names its agent in one of two ways (``rollout.agent`` / ``rollout.agent_co
 
 * **A Python callable** by import path, ``"package.module:function"``: called with an
   :class:`AgentTask` (a coroutine function is awaited, a plain function runs in a thread);
-* **A command line**, run once per rollout in the directory the run was started in, in a
-  process group of its own, with the session in its environment: ``OPENAI_BASE_URL`` and
-  ``OPENAI_API_KEY`` (so an unmodified ``openai`` client talks to the run), ``GYRE_MODEL``,
-  ``GYRE_TASK_ID``, ``GYRE_TASK_PROMPT``, ``GYRE_TASK_DIR`` (the task's folder, where the
-  environment has one: ``workdir``), ``GYRE_SEED``. A command whose first word is ``python``
-  or ``python3`` runs under the run's own interpreter.
+* **A command line**, run once per rollout from the directory the run was started in, in a
+  process group of its own and (by default) a bubblewrap sandbox, with a folder of its own
+  (``HOME``) and an environment built from a list, nothing inherited
+  (:mod:`~gyre_core.rollout.agent_sandbox`): ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY`` (so
+  an unmodified ``openai`` client talks to the run), ``GYRE_MODEL``, ``GYRE_TASK_ID``,
+  ``GYRE_TASK_PROMPT``, ``GYRE_TASK_DIR`` (the task's folder, where the environment has one:
+  ``workdir``), ``GYRE_SEED``. A command whose first word is ``python`` or ``python3`` runs
+  under the run's own interpreter.
 
 The agent's calls are recorded by its endpoint session (:mod:`~gyre_core.rollout.chat_session`).
 When the agent returns, the environment's finishing action (the coding suite's ``submit``:
@@ -30,19 +32,32 @@ import contextlib
 import inspect
 import os
 import shlex
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from gyre_core.events import EventSink, RolloutFinished, RolloutProgress, RolloutStarted
+from gyre_core.rollout.agent_bridge import endpoint_bridge
+from gyre_core.rollout.agent_sandbox import (
+    SandboxError,
+    agent_environment,
+    bwrap_command,
+    check_bwrap,
+    operator_names,
+    sandbox_setting,
+)
 from gyre_core.rollout.chat_session import ChatSession
 from gyre_core.rollout.config import RolloutConfig
 from gyre_core.rollout.endpoint import Endpoint
-from gyre_core.rollout.plugins import load_callable
+from gyre_core.rollout.plugins import PluginError, load_callable
 from gyre_core.rollout.router import Router
 from gyre_core.rollout.task_env import TaskEnv
 from gyre_core.trajectory.format import Rollout
@@ -69,6 +84,7 @@ class ExternalAgent:
 
     call: Callable[[AgentTask], Any] | None = None
     command: tuple[str, ...] = ()
+    sandbox: str = ""  # a command's: "bwrap" or "none"; empty: GYRE_AGENT_SANDBOX's
 
     @classmethod
     def from_config(cls, cfg: RolloutConfig) -> ExternalAgent | None:
@@ -77,7 +93,16 @@ class ExternalAgent:
         if cfg.agent:
             return cls(call=load_callable(cfg.agent, "rollout.agent"))
         argv = tuple(shlex.split(cfg.agent_command))
-        return cls(command=argv) if argv else None
+        if not argv:
+            return None
+        try:  # a sandbox that cannot work fails the run at its start, not each rollout
+            sandbox = sandbox_setting()
+            operator_names()
+            if sandbox == "bwrap":
+                check_bwrap()
+        except SandboxError as e:
+            raise PluginError("rollout.agent_command", str(e)) from e
+        return cls(command=argv, sandbox=sandbox)
 
     async def run(self, task: AgentTask) -> None:
         """Play the task; raises :class:`AgentFailed` when the agent fails."""
@@ -95,8 +120,7 @@ class ExternalAgent:
         await self._run_command(task)
 
     async def _run_command(self, task: AgentTask) -> None:
-        env = {
-            **os.environ,
+        session = {
             "OPENAI_BASE_URL": task.base_url,
             "OPENAI_API_KEY": task.api_key,
             "GYRE_MODEL": task.model,
@@ -108,9 +132,29 @@ class ExternalAgent:
         argv = list(self.command)
         if argv[0] in ("python", "python3"):
             argv[0] = sys.executable
+        home = Path(tempfile.mkdtemp(prefix="gyre-agent-")).resolve()
+        try:
+            (home / "tmp").mkdir()
+            env = agent_environment(session, home)
+            if (self.sandbox or sandbox_setting()) == "none":
+                await self._spawn(argv, env)
+                return
+            url = urlsplit(task.base_url)  # the endpoint's loopback address, reached by a bridge
+            port = url.port or 80
+            argv = bwrap_command(argv, home, task.workdir, port)
+            async with endpoint_bridge(home, url.hostname or "127.0.0.1", port):
+                await self._spawn(argv, env)
+        except SandboxError as e:
+            raise AgentFailed(str(e), "") from e
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+
+    @staticmethod
+    async def _spawn(argv: list[str], env: dict[str, str]) -> None:
         proc = await asyncio.create_subprocess_exec(
             *argv,
             env=env,
+            stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,  # its own process group: a kill takes its children too

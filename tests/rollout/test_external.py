@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import time
+import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -85,25 +87,52 @@ def test_a_crashing_command_fails_its_rollout_with_its_stderr(policy) -> None:  
     assert sink.events[-1].kind == "rollout_finished" and sink.events[-1].status == "failed"
 
 
-def test_a_hanging_command_is_killed_at_the_time_budget(policy, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    marker = tmp_path / "child.pid"
+def live_with(token: str) -> list[int]:
+    """The host's processes (not zombies) whose command line holds ``token``."""
+    out = []
+    for d in Path("/proc").iterdir():
+        try:
+            if not d.name.isdigit():
+                continue
+            mine = token in (d / "cmdline").read_bytes().decode(errors="replace")
+            if mine and (d / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                out.append(int(d.name))
+        except OSError:
+            continue
+    return out
+
+
+def test_a_hanging_command_is_killed_at_the_time_budget(policy) -> None:  # type: ignore[no-untyped-def]
+    token = f"gyre-hang-{uuid.uuid4().hex}"
     # a child that would outlive its parent unless the whole process group is killed
     code = (
         "import subprocess, sys, time; "
-        f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
-        f"open({str(marker)!r}, 'w').write(str(p.pid)); time.sleep(60)"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60) # {token}']); "
+        "time.sleep(60)"
     )
+    seen, done = [], threading.Event()
+
+    def watch() -> None:  # the child did start (the test cannot pass on a command that failed)
+        while not done.is_set() and not seen:
+            seen.extend(live_with(token))
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
     t0 = time.monotonic()
-    r, _, _ = play(
-        policy, ExternalAgent(command=(sys.executable, "-c", code)), replace(CFG, time_budget_s=3.0)
-    )
+    try:
+        r, _, _ = play(
+            policy,
+            ExternalAgent(command=(sys.executable, "-c", code)),
+            replace(CFG, time_budget_s=3.0),
+        )
+    finally:
+        done.set()
+        watcher.join()
     assert r.status == "timeout" and r.extra["stop_reason"] == "time_budget"
-    assert time.monotonic() - t0 < 30
-    pid = int(marker.read_text())
+    assert time.monotonic() - t0 < 30 and seen
     time.sleep(0.5)
-    assert (
-        not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
-    )
+    assert live_with(token) == []
 
 
 def test_a_callable_agent_that_raises_fails_its_rollout_alone(policy) -> None:  # type: ignore[no-untyped-def]
