@@ -23,7 +23,8 @@ TEAM_SCOPED = (
 
 
 @pytest.fixture
-def world(people, sim_config):
+def world(people, sim_config, settings):
+    settings.GYRE_WEBHOOK_ALLOW_NETS = ["127.0.0.0/8"]  # its webhooks: a closed loopback port
     exp = services.create_experiment(team=people["team"], name="x")
     run = services.create_run(experiment=exp, config=sim_config, launch=False)
     services.append_events(

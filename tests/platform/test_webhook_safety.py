@@ -6,6 +6,7 @@ post one delivery twice. Real sockets on 127.0.0.1 throughout."""
 
 from __future__ import annotations
 
+import itertools
 import socket
 import threading
 import time
@@ -130,9 +131,7 @@ REFUSED = [
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("url", REFUSED)
-def test_registration_refuses_inside_addresses_by_field(
-    url, people, client_for, settings
-) -> None:
+def test_registration_refuses_inside_addresses_by_field(url, people, client_for, settings) -> None:
     settings.GYRE_WEBHOOK_ALLOW_NETS = []
     body = {"team": people["team"].pk, "url": url, "events": ["failed"]}
     resp = client_for(people["owner"]).post("/api/webhooks/", body, format="json")
@@ -258,7 +257,7 @@ def test_hostile_webhooks_delay_neither_another_team_nor_the_heartbeats(
         inner.server.shutdown()
     assert [p["run"]["id"] for p in receiver.posts] == [b_run.pk]
     assert arrived is not None and arrived < settings.GYRE_REAPER_SECONDS, arrived
-    gaps = [b - a for a, b in zip(beats, beats[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(beats)]
     assert len(beats) >= 12 and max(gaps) < 1.0, gaps  # a beat every 0.25 s
     assert inner.posts == []  # the redirect was not followed
     log = {

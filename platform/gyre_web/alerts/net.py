@@ -15,6 +15,7 @@ What an attempt reports is a class, never the target's words: ``2xx`` to ``5xx``
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import ipaddress
 import json
@@ -174,10 +175,8 @@ def _send(target: Target, address: str, data: bytes, timeout: float) -> str:
         cut.set()
         raw = conn.raw
         if raw is not None:
-            try:
+            with contextlib.suppress(OSError):
                 socket.socket.shutdown(raw, socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     timer = threading.Timer(timeout, cut_off)
     timer.daemon = True
@@ -236,5 +235,5 @@ def post(url: str, payload: dict[str, Any], *, timeout: float) -> tuple[str, str
         return "failed", failure.reason
     except Refused as err:
         return "failed", err.reason
-    except Exception as err:  # noqa: BLE001 - whatever happens stays on this delivery
+    except Exception as err:
         return "failed", _reason(err)
