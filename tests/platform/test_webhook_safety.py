@@ -211,14 +211,15 @@ def test_hostile_webhooks_delay_neither_another_team_nor_the_heartbeats(
     people, sim_config, receiver, settings
 ) -> None:
     """Team A's webhooks: two that never answer, one that trickles, one at a non-HTTP
-    port and a 302 to loopback. Team B's alert arrives within one tick, the watchdog's
-    heartbeats keep their period, and A's log shows classes, not the targets' words."""
+    port and a 302 to loopback, more than the two posts at once allowed. Team B's alert
+    arrives within one tick, the watchdog's heartbeats keep their period, and A's log
+    shows classes, not the targets' words."""
     from workers.watchdog import Watchdog
 
     other_team = people["other_team"]
     settings.GYRE_WEBHOOK_ALLOW_NETS = LOOPBACK
     settings.GYRE_HEARTBEAT_SECONDS, settings.GYRE_REAPER_SECONDS = 0.25, 2.0
-    settings.GYRE_WEBHOOK_TIMEOUT_SECONDS = 3.0
+    settings.GYRE_WEBHOOK_TIMEOUT_SECONDS, settings.GYRE_WEBHOOK_WORKERS = 3.0, 2
     stop = threading.Event()
     inner = Receiver([])  # what the 302 points at: must get nothing
     hostile = [

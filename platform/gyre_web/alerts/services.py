@@ -23,6 +23,7 @@ from gyre_web.alerts.models import ENDINGS, Delivery, Webhook
 log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 5
 BACKOFF_S = 10.0  # the wait after the first failure; doubles after each
+CLAIM_BATCH = 50  # due deliveries considered for each claim
 LEASE_SLACK_S = 60.0  # a claimed delivery is due again this long after its attempt's bound
 
 
@@ -78,8 +79,10 @@ def queue_for(run: Any) -> int:
     return len(rows)
 
 
-def _claim_next() -> Delivery | None:
-    """Take one due delivery: its attempt is counted and it is put out of reach (due
+def _claim_next(busy: set[int] | frozenset[int] = frozenset()) -> Delivery | None:
+    """Take one due delivery: first of a team with no post in flight here (``busy``: team
+    ids), so one team's slow webhooks leave the other slots to the other teams; then the
+    fewest attempts, then the oldest. Its attempt is counted and it is put out of reach (due
     again only after a lease longer than an attempt, should this process die meanwhile)
     by a compare-and-set update, so concurrent deliverers never post one twice."""
     due = Delivery.objects.filter(state=Delivery.State.PENDING)
@@ -88,10 +91,11 @@ def _claim_next() -> Delivery | None:
         rows = list(
             due.filter(next_attempt_at__lte=now)
             .select_related("webhook")
-            .order_by("attempts", "next_attempt_at", "pk")[:8]
+            .order_by("attempts", "next_attempt_at", "pk")[:CLAIM_BATCH]
         )
         if not rows:
             return None
+        rows.sort(key=lambda d: d.webhook.team_id in busy)  # stable: the order above within
         lease = now + timedelta(seconds=settings.GYRE_WEBHOOK_TIMEOUT_SECONDS + LEASE_SLACK_S)
         for d in rows:
             won = due.filter(
@@ -126,7 +130,8 @@ def _attempt(url: str, payload: dict[str, Any]) -> tuple[str, str]:
 
 def deliver_due(*, limit: int = 200) -> int:
     """Post the deliveries that are due, at most GYRE_WEBHOOK_WORKERS at once (each
-    claimed just before its post: concurrent callers take each once), until none is due
+    claimed just before its post, another team's first: concurrent callers take each
+    once), until none is due
     or ``limit`` were taken -> how many were delivered now. The database is used from the
     calling thread only; the pool's threads only post. A failure of any kind is recorded
     on its delivery and the others go on."""
@@ -136,7 +141,7 @@ def deliver_due(*, limit: int = 200) -> int:
     with ThreadPoolExecutor(workers, thread_name_prefix="gyre-webhook") as pool:
         while True:
             while len(running) < workers and taken < limit:
-                d = _claim_next()
+                d = _claim_next({x.webhook.team_id for x in running.values()})
                 if d is None:
                     break
                 taken += 1
