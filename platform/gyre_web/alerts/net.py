@@ -102,8 +102,28 @@ def address_ok(text: str) -> bool:
     return True
 
 
-def check(url: str) -> Target:
-    """The URL's parts and checked addresses, or :class:`Refused`."""
+def _resolve(host: str, port: int, timeout: float) -> list[Any]:
+    """getaddrinfo within ``timeout`` (a slow name server cannot hold the caller longer;
+    the lookup itself ends on the resolver's own timeouts) -> its answers, or Refused."""
+    out: list[Any] = []
+
+    def lookup() -> None:
+        with contextlib.suppress(OSError, UnicodeError):
+            out.extend(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        done.set()
+
+    done = threading.Event()
+    threading.Thread(target=lookup, name="gyre-webhook-dns", daemon=True).start()
+    if not done.wait(timeout):
+        raise Refused("timeout", "the host's name took too long to resolve")
+    if not out:
+        raise Refused("unresolved host", "the host does not resolve")
+    return out
+
+
+def check(url: str, *, timeout: float | None = None) -> Target:
+    """The URL's parts and checked addresses, or :class:`Refused` (resolving the host
+    within ``timeout``, default GYRE_WEBHOOK_TIMEOUT_SECONDS)."""
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -119,10 +139,9 @@ def check(url: str) -> Target:
     if host in METADATA_NAMES:
         raise Refused("refused address", "a metadata address")
     port = port or (443 if parts.scheme == "https" else 80)
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
-        raise Refused("unresolved host", "the host does not resolve") from None
+    if timeout is None:
+        timeout = float(settings.GYRE_WEBHOOK_TIMEOUT_SECONDS)
+    infos = _resolve(host, port, timeout)
     addresses = tuple(dict.fromkeys(str(info[4][0]) for info in infos))
     if not addresses or not all(address_ok(a) for a in addresses):
         raise Refused(
@@ -217,10 +236,10 @@ def _reason(err: BaseException) -> str:
 def post(url: str, payload: dict[str, Any], *, timeout: float) -> tuple[str, str]:
     """One attempt -> (``"2xx"``..``"5xx"`` or ``"failed"``, reason or ""). Never raises
     for anything the target or the network does."""
+    deadline = time.monotonic() + timeout
     try:
-        target = check(url)
+        target = check(url, timeout=timeout)
         data = json.dumps(payload).encode()
-        deadline = time.monotonic() + timeout
         failure = AttemptFailed("connection error")
         for address in target.addresses:
             left = deadline - time.monotonic()
