@@ -195,6 +195,29 @@ def test_the_post_goes_to_the_address_checked(people, sim_config, receiver, sett
     )
 
 
+@pytest.mark.django_db
+def test_a_webhook_at_a_non_http_port_fails_alone(people, sim_config, receiver, settings) -> None:
+    """A server that answers garbage (http.client's BadStatusLine): its delivery records
+    the failure and the others, queued after it, are delivered in the same pass."""
+    settings.GYRE_WEBHOOK_ALLOW_NETS = LOOPBACK
+    garbage = Hostile(_garbage)
+    try:
+        alerts.create_webhook(team=people["team"], url=garbage.url, events=["failed"])
+        alerts.create_webhook(team=people["other_team"], url=receiver.url, events=["failed"])
+        _ended(people["team"], sim_config, "a")
+        b_run = _ended(people["other_team"], sim_config, "b")
+        assert alerts.deliver_due() == 1
+    finally:
+        garbage.close()
+    assert [p["run"]["id"] for p in receiver.posts] == [b_run.pk]
+    rows = Delivery.objects.order_by("pk").values_list("state", "attempts", "last_result",
+                                                       "last_error")  # fmt: skip
+    assert list(rows) == [
+        ("pending", 1, "failed", "not an HTTP answer"),  # no banner text in the log
+        ("delivered", 1, "2xx", ""),
+    ]
+
+
 def _heartbeats(run_id: int, seconds: float) -> list[float]:
     seen: list[float] = []
     end = time.monotonic() + seconds
