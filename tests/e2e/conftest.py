@@ -57,6 +57,7 @@ def _env(data_dir: Path) -> dict[str, str]:
         DJANGO_SETTINGS_MODULE="gyre_web.settings",
         GYRE_EVENT_POLL_SECONDS="0.2",
         GYRE_EXTERNAL_AGENTS="1",  # test_agents.py launches the example agent
+        GYRE_WEBHOOK_ALLOW_NETS="127.0.0.0/8",  # the webhook test's receiver is on loopback
     )
     return env
 

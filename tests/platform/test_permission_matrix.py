@@ -315,9 +315,10 @@ def _admits(op: Op, who: str) -> bool:
 
 
 @pytest.fixture
-def world(people, sim_config) -> dict[str, Any]:
+def world(people, sim_config, settings) -> dict[str, Any]:
     """Real objects (team, experiment, run with events, rollout, tree with nodes, GPU,
     tokens, share links) and one client per principal."""
+    settings.GYRE_WEBHOOK_ALLOW_NETS = ["127.0.0.0/8"]  # its webhooks: a closed loopback port
     users = {k: people[k] for k in ("owner", "admin", "member", "viewer", "outsider")}
     users["staff"] = get_user_model().objects.create_user("staff", is_staff=True)
     exp = services.create_experiment(team=people["team"], name="matrix")

@@ -41,7 +41,7 @@ interface Delivery {
   event: string;
   state: string;
   attempts: number;
-  last_status: number | null;
+  last_result: string;
   last_error: string;
   created_at: string;
 }
@@ -198,7 +198,7 @@ export function TeamPage() {
                     {(deliveries[h.id] ?? []).slice(0, 5).map((d) => (
                       <div key={d.id} className="delivery">
                         run {d.run} {d.event}: {d.state} after {d.attempts} attempt{d.attempts === 1 ? "" : "s"}
-                        {d.last_status !== null ? ` (HTTP ${d.last_status})` : d.last_error ? ` (${d.last_error})` : ""}
+                        {d.last_result ? ` (${d.last_result}${d.last_error ? `: ${d.last_error}` : ""})` : ""}
                       </div>
                     ))}
                   </td>

@@ -36,7 +36,10 @@ class Delivery(models.Model):
     state = models.CharField(max_length=10, choices=State.choices, default=State.PENDING)
     attempts = models.IntegerField(default=0)
     next_attempt_at = models.DateTimeField()
-    last_status = models.IntegerField(null=True, blank=True)  # the last answer's HTTP status
+    # the last attempt: "2xx".."5xx" (the answer's status class) or "failed", with a reason
+    # class in last_error ("timeout", "refused address": gyre_web.alerts.net.REASONS); never
+    # the target's own words or exact status
+    last_result = models.CharField(max_length=8, blank=True)
     last_error = models.CharField(max_length=500, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     delivered_at = models.DateTimeField(null=True, blank=True)

@@ -35,14 +35,14 @@ class WebhookSerializer(serializers.ModelSerializer):
     def validate_url(self, value: str) -> str:
         if not value.startswith(("http://", "https://")):
             raise serializers.ValidationError("an http:// or https:// URL")
-        return value
+        return value  # its address is checked once the caller may register (net.check)
 
 
 class DeliverySerializer(serializers.ModelSerializer):
     class Meta:
         model = Delivery
         fields = [
-            "id", "run", "event", "state", "attempts", "last_status", "last_error",
+            "id", "run", "event", "state", "attempts", "last_result", "last_error",
             "created_at", "next_attempt_at", "delivered_at", "body",
         ]  # fmt: skip
         read_only_fields = fields

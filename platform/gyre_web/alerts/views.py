@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from gyre_web.access import require_manager
-from gyre_web.alerts import selectors, services
+from gyre_web.alerts import net, selectors, services
 from gyre_web.alerts.models import Webhook
 from gyre_web.alerts.serializers import DeliverySerializer, WebhookSerializer
 from gyre_web.openapi import ERROR
@@ -36,13 +36,16 @@ class WebhookViewSet(
         ser.is_valid(raise_exception=True)
         team = ser.validated_data["team"]
         require_manager(request, team.pk)
-        hook = services.create_webhook(
-            team=team,
-            url=ser.validated_data["url"],
-            events=ser.validated_data["events"],
-            name=ser.validated_data.get("name", ""),
-            created_by=request.user,
-        )
+        try:
+            hook = services.create_webhook(
+                team=team,
+                url=ser.validated_data["url"],
+                events=ser.validated_data["events"],
+                name=ser.validated_data.get("name", ""),
+                created_by=request.user,
+            )
+        except net.Refused as err:  # a non-public address, user:password@, no such host
+            return Response({"url": [str(err)]}, status=status.HTTP_400_BAD_REQUEST)
         return Response(WebhookSerializer(hook).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(responses={204: None, 403: ERROR})

@@ -10,3 +10,4 @@ from gyre_web.settings.realtime import *  # noqa: F403
 from gyre_web.settings.runtime import *  # noqa: F403
 from gyre_web.settings.security import *  # noqa: F403
 from gyre_web.settings.trust import *  # noqa: F403
+from gyre_web.settings.webhooks import *  # noqa: F403
