@@ -131,6 +131,48 @@ REST = [
         lambda w: json.dumps({"name": "Other", "slug": w["exp"].team.slug}),
         ("slug",),
     ),
+    # A lone surrogate is valid JSON but no text (psycopg cannot encode it): refused at the
+    # parser, naming its key path, wherever JSON enters.
+    _post(
+        "tag lone surrogate", "/api/experiments/", lambda w: _exp(w, tags=["\ud800"]), ("tags[0]",)
+    ),
+    _post(
+        "config string lone surrogate",
+        RUNS,
+        lambda w: _config(w, name="a\udfff"),
+        ("config.name",),
+    ),
+    _post(
+        "config key lone surrogate",
+        RUNS,
+        lambda w: _config(w, sim={**SIM_CONFIG["sim"], "\ud800": 1}),
+        ("config.sim.\\ud800",),
+    ),
+    _post(
+        "report config lone surrogate",
+        "/api/runs/report/",
+        lambda w: _config(w, name="\ud800"),
+        ("config.name",),
+    ),
+    _post(
+        "fork changes lone surrogate",
+        FORK,
+        lambda w: json.dumps({"changes": {"name": "\ud800"}}),
+        ("changes.name",),
+    ),
+    _post(
+        "sweep params lone surrogate",
+        "/api/sweeps/",
+        lambda w: json.dumps(
+            {
+                "experiment": w["exp"].pk,
+                "base_config": w["sim_config"],
+                "mode": "grid",
+                "params": {"name": ["a", "\ud800"]},
+            }
+        ),
+        ("params.name[1]",),
+    ),
     _get("metrics names NUL", "/api/runs/{run}/metrics/?names=%00", ("names",)),
     _get(
         "metrics names NUL, share link",
@@ -250,6 +292,9 @@ IMPORTS = [
     _bad("task_id of 201", lambda: _line(task_id="t" * 201), "", "task_id"),
     _bad("NUL in rollout_id", lambda: _line(rollout_id="a\x00"), "", "rollout_id"),
     _bad("NUL in task_id", lambda: _line(task_id="a\x00b"), "", "task_id"),
+    _bad("lone surrogate in rollout_id", lambda: _line(rollout_id="\ud800"), "", "rollout_id"),
+    _bad("lone surrogate in task_id", lambda: _line(task_id="a\udc00"), "", "task_id"),
+    _bad("lone surrogate in group_id", lambda: _line(group_id="\udbff"), "", "group_id"),
     _bad("20 MB line", lambda: _line(pad="x" * 20 * 2**20), "", "<line>"),
 ]
 
