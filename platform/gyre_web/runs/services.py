@@ -352,9 +352,10 @@ def _worker_gone(run: Run) -> bool:
 
 
 def reap_stale_runs(*, limit: int = 50) -> list[int]:
-    """Runs whose worker stopped heartbeating (GYRE_HEARTBEAT_TIMEOUT_SECONDS): queued
-    again to resume from their checkpoint (a new launch through the outbox) when they
-    can, else failed with the reason; each gets a ``run_status`` event. Each run is
+    """Runs whose worker stopped heartbeating (GYRE_HEARTBEAT_TIMEOUT_SECONDS): cancelled
+    (or paused) when a stop was asked and not yet read, else queued again to resume from
+    their checkpoint (a new launch through the outbox) when they can, else failed with the
+    reason; each gets a ``run_status`` event. Each run is
     locked with skip_locked, so concurrent reapers (every worker runs one) take each
     stale run once. -> the ids reaped."""
     limit_at = timezone.now() - timedelta(seconds=settings.GYRE_HEARTBEAT_TIMEOUT_SECONDS)
@@ -377,7 +378,10 @@ def reap_stale_runs(*, limit: int = 50) -> list[int]:
                 run_id=run_id, kind="run_status", data__status=Status.QUEUED
             ).count()
             lost = f"the worker stopped heartbeating at step {run.step}"
-            if not can_resume(run):
+            if run.stop_requested:  # asked to stop while its worker died: stop it now
+                final = Status.CANCELLED if run.stop_requested == "cancel" else Status.PAUSED
+                _end_lost(run, final, f"{final} at step {run.step}: {lost}")
+            elif not can_resume(run):
                 _end_lost(run, Status.FAILED, f"{lost}; no checkpoint to resume from")
             elif resumes >= settings.GYRE_REAPER_MAX_RESUMES:
                 _end_lost(run, Status.FAILED, f"{lost}; resumed {resumes} times already")
