@@ -127,6 +127,7 @@ def queue_launch(run: Run) -> None:
 def send_launch(row: LaunchOutbox) -> bool:
     """Send one outbox row's message (dispatch only). A broker error is logged and kept on
     the row for the dispatcher to retry, never raised. -> whether it was sent."""
+    from gyre_web.cluster.deployments import deployment_key
     from workers.celery_app import app
 
     now = timezone.now()
@@ -135,6 +136,7 @@ def send_launch(row: LaunchOutbox) -> bool:
         app.send_task(
             "workers.tasks.launch_run",
             args=[row.run_id],
+            kwargs={"deployment": deployment_key()},  # only this deployment's workers take it
             task_id=row.task_id,
             retry_policy=SEND_RETRY,
         )
