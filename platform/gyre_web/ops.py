@@ -206,7 +206,7 @@ def render_metrics() -> str:
         *_inventory(),
         *_queue_depth(),
         *_family(
-            "gyre_broker_shared",
+            "gyre_shared_broker",
             "1 when another deployment's launch reached this deployment's workers lately.",
             [({}, float(shared_broker() is not None))],
         ),

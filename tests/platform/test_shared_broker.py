@@ -142,9 +142,9 @@ def test_foreign_and_keyless_launches_are_refused_and_reported(people, sim_confi
     assert foreign_launch(run_id=run.pk, sender=deployment_key()) == ""
     assert foreign_launch(run_id=run.pk, sender="") == ""  # sent before keys: its run is here
     assert client.get("/readyz", HTTP_HOST="localhost").json()["warnings"] == []
-    assert "gyre_broker_shared 0" in client.get("/metrics", HTTP_HOST="localhost").content.decode()
+    assert "gyre_shared_broker 0" in client.get("/metrics", HTTP_HOST="localhost").content.decode()
     assert "no such run" in foreign_launch(run_id=run.pk + 1000, sender="")
     assert "belongs to deployment " + B_KEY in foreign_launch(run_id=run.pk, sender=B_KEY)
     warnings = client.get("/readyz", HTTP_HOST="localhost").json()["warnings"]
     assert len(warnings) == 1 and B_KEY in warnings[0], warnings
-    assert "gyre_broker_shared 1" in client.get("/metrics", HTTP_HOST="localhost").content.decode()
+    assert "gyre_shared_broker 1" in client.get("/metrics", HTTP_HOST="localhost").content.decode()
