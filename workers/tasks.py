@@ -14,8 +14,7 @@ from typing import Any
 from celery.exceptions import Reject
 from django.conf import settings
 from django.db import OperationalError, transaction
-from gyre_web.cluster.deployments import foreign_launch
-from gyre_web.cluster.services import close_role_intervals, release_gpus
+from gyre_web.cluster.services import close_role_intervals, foreign_launch, release_gpus
 from gyre_web.runs import services
 from gyre_web.runs.models import Run, Status
 

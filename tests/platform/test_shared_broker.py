@@ -135,7 +135,7 @@ print(Client().get("/readyz", HTTP_HOST="localhost").content.decode())
 
 @pytest.mark.django_db(transaction=False)
 def test_foreign_and_keyless_launches_are_refused_and_reported(people, sim_config, client):
-    from gyre_web.cluster.deployments import foreign_launch
+    from gyre_web.cluster.services import foreign_launch
 
     exp = services.create_experiment(team=people["team"], name="keys")
     run = services.create_run(experiment=exp, config=sim_config, launch=False)
