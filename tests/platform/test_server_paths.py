@@ -3,7 +3,7 @@ outside a run's team (a share link, a signed-in outsider on a public experiment)
 absolute server path at all: every read endpoint of a run is walked for each role, the
 outsider and both kinds of share link, with server paths planted where the worker and
 the importer put them (the run's error and checkpoint folder, its log lines, a tree's
-payload file, an export's error)."""
+payload file, a ``rollouts_written`` event's file, an export's error)."""
 
 from __future__ import annotations
 
@@ -48,6 +48,11 @@ def world(people, sim_config, client_for) -> dict[str, Any]:
         ],
     )
     CheckpointExport.objects.create(run=run, version=2, status="failed", error=f"no {ckpt}")
+    written = {"step": 2, "path": f"{data}/runs/{run.pk}/payloads/step-2.jsonl", "rollouts": 0,
+               "groups": []}  # fmt: skip
+    services.append_events(
+        run_id=run.pk, events=[{"kind": "rollouts_written", "t": 1.0, "data": written}]
+    )
     _, run_link = teams.create_share_link(created_by=people["owner"], run=run)
     _, exp_link = teams.create_share_link(created_by=people["owner"], experiment=exp)
     return {"run": run, "exp": exp, "tree": run.trees.get(), "run_link": run_link,
@@ -94,6 +99,7 @@ def test_no_response_carries_a_server_path(world, people, client_for, who):
         client, extra = client_for(people[who]), {}
     seen = _walk(client, _urls(world), extra)
     assert seen[f"/api/runs/{world['run'].pk}/"].count("OSError: cannot read") == 1
+    assert '"path":"step-2.jsonl"' in seen[f"/api/runs/{world['run'].pk}/events/"]
     for url, text in seen.items():
         assert data not in text, (who, url, text[:300])
         assert "checkpoint_path" not in text and "payload_path" not in text, (who, url)

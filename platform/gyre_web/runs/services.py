@@ -442,10 +442,21 @@ def _wall(value: Any) -> datetime:
     return parsed or timezone.now()
 
 
+def _stored_data(event: dict[str, Any]) -> Any:
+    """What is stored (and so read by every reader) of an event's data: a step's payload
+    file (``rollouts_written``) by its name, not its server folder; the caller imports the
+    file from the event it holds (see gyre_web.redaction)."""
+    data = event.get("data", {})
+    if event.get("kind") == "rollouts_written" and isinstance(data, dict) and "path" in data:
+        return {**data, "path": Path(str(data["path"])).name}
+    return data
+
+
 @transaction.atomic
 def append_events(*, run_id: int, events: list[dict[str, Any]]) -> list[RunEvent]:
     """Append events (``Event.to_json`` dicts) with contiguous per-run sequence numbers,
-    and derive metric points, benchmark scores and the run's step from them."""
+    and derive metric points, benchmark scores and the run's step from them. A payload
+    file's server path is not stored (``_stored_data``)."""
     if not events:
         return []
     run = Run.objects.select_for_update().only("id", "next_seq", "step").get(pk=run_id)
@@ -457,7 +468,7 @@ def append_events(*, run_id: int, events: list[dict[str, Any]]) -> list[RunEvent
             kind=str(e["kind"]),
             t=float(e.get("t", 0.0)),
             wall=_wall(e.get("wall")),
-            data=e.get("data", {}),
+            data=_stored_data(e),
         )
         for i, e in enumerate(events)
     ]
