@@ -101,3 +101,14 @@ def test_a_stop_sent_while_the_worker_dies_is_honoured_by_the_reaper(
     assert run.launches.count() == 1  # no resume was queued
     event = RunEvent.objects.get(run=run, kind="run_status")
     assert event.data["status"] == final and "stopped heartbeating" in event.data["message"]
+
+
+def test_a_redelivery_of_a_run_asked_to_stop_stops_it_instead_of_running_it(
+    running, people, client_for, settings
+):
+    client = client_for(people["member"])
+    assert client.post(f"/api/runs/{running.pk}/cancel/").status_code == 200
+    _quiet(running, settings.GYRE_TAKEOVER_SECONDS + 1)  # quiet, not yet reaped
+    assert services.claim_launch(run_id=running.pk, task_id=running.celery_task_id) is None
+    run = Run.objects.get(pk=running.pk)
+    assert (run.status, run.stop_requested) == (Status.CANCELLED, "")

@@ -317,6 +317,10 @@ def claim_launch(*, run_id: int, task_id: str) -> tuple[Run, bool] | None:
             quiet = timezone.now() - timedelta(seconds=settings.GYRE_TAKEOVER_SECONDS)
             if run.heartbeat_at is not None and run.heartbeat_at > quiet:
                 return None
+            if run.stop_requested:  # asked to stop while its worker died: stop, do not run
+                final = Status.CANCELLED if run.stop_requested == "cancel" else Status.PAUSED
+                _end_lost(run, final, f"{final} at step {run.step}: its worker went quiet")
+                return None
             run.heartbeat_at = timezone.now()  # ours now: the reaper leaves it alone
             run.save(update_fields=["heartbeat_at"])
             return run, True  # continue from the checkpoint
