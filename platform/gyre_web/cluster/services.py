@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 def foreign_launch(*, run_id: int, sender: str) -> str:
     """Why this deployment's worker must not take the launch of ``run_id`` sent by
     deployment ``sender`` ("" when it may: its own; a message without a key, from before
-    keys, whose run is here). A foreign one is logged as an error and recorded."""
+    keys, whose run is here). A foreign one is recorded, and logged as an error the first
+    time (a launch bounced between deployments comes back every second or so)."""
     from gyre_web.runs.models import Run
 
     me = deployments.this_deployment()
@@ -43,7 +44,8 @@ def foreign_launch(*, run_id: int, sender: str) -> str:
         if sender
         else f"launch of run {run_id} carries no deployment and this database holds no such run"
     )
-    log.error("%s", why)
+    again = (me.other_key, me.other_run_id) == (sender or "?", run_id)  # the same, bounced
+    log.log(logging.DEBUG if again else logging.ERROR, "%s", why)
     Deployment.objects.filter(pk=me.pk).update(
         other_key=sender or "?", other_run_id=run_id, other_seen_at=timezone.now()
     )
