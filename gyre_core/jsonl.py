@@ -7,6 +7,8 @@ raises RecursionError near 1,000), an integer of more than Python's int-string l
 (4,300 digits; a ValueError without a position). ``NaN``, ``Infinity`` and a number such as
 ``1e400`` decode to non-finite floats, as Python's json does, so that each field's check
 refuses them under its own name (``find_non_finite`` names the path in untyped data).
+A string (value or key) holding a lone surrogate such as ``"\\ud800"`` is refused, naming
+its key path: it is valid JSON but no UTF-8 text, so no database, file or socket can hold it.
 """
 
 from __future__ import annotations
@@ -24,15 +26,18 @@ MAX_LINE_BYTES = 8 * 2**20  # one JSONL line (a rollout of ~1M tokens fits)
 
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)  # JSON strings (may hold brackets)
 _BRACKET = re.compile(r"[\[\]{}]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # \ud800-\udfff, paired or not
+LONE_SURROGATE = "a lone surrogate (such as \\ud800) is not text"
 
 
 class JsonBoundsError(ValueError):
     """Text that is not JSON, or JSON beyond the bounds above; ``problem`` is one line,
-    ``line`` the text's line where JSON syntax broke (1 for the other problems)."""
+    ``line`` the text's line where JSON syntax broke (1 for the other problems), ``field``
+    the key path of the refused value where one is to blame ("" otherwise)."""
 
-    def __init__(self, problem: str, line: int = 1) -> None:
+    def __init__(self, problem: str, line: int = 1, field: str = "") -> None:
         super().__init__(problem)
-        self.problem, self.line = problem, line
+        self.problem, self.line, self.field = problem, line, field
 
 
 class LocatedError(ValueError):
@@ -69,7 +74,7 @@ def loads(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
     if too_deep(text, max_depth):
         raise JsonBoundsError(f"nested more than {max_depth} levels deep")
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise JsonBoundsError(f"invalid JSON: {exc.msg}", exc.lineno) from None
     except RecursionError:
@@ -79,6 +84,11 @@ def loads(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
             raise
         limit = sys.get_int_max_str_digits()
         raise JsonBoundsError(f"an integer has more than {limit} digits") from None
+    if _SURROGATE_ESCAPE.search(text):  # only an escape can make one; a pair is fine
+        where = find_lone_surrogate(value)
+        if where is not None:
+            raise JsonBoundsError(LONE_SURROGATE, field=where)
+    return value
 
 
 def find_non_finite(value: Any, path: str = "") -> str | None:
@@ -90,6 +100,34 @@ def find_non_finite(value: Any, path: str = "") -> str | None:
             return where or "<value>"
         if isinstance(v, dict):
             stack.extend((f"{where}.{k}" if where else str(k), x) for k, x in v.items())
+        elif isinstance(v, list):
+            stack.extend((f"{where}[{i}]", x) for i, x in enumerate(v))
+    return None
+
+
+def _not_text(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def find_lone_surrogate(value: Any, path: str = "") -> str | None:
+    """The key path of the first string (a value, or a key: then the path ends at it) that
+    holds a lone surrogate inside decoded JSON, or None."""
+    stack: list[tuple[str, Any]] = [(path, value)]
+    while stack:
+        where, v = stack.pop()
+        if isinstance(v, str):
+            if _not_text(v):
+                return where or "<value>"
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                inner = f"{where}.{k}" if where else str(k)
+                if _not_text(k):
+                    return inner.encode("utf-8", "backslashreplace").decode()
+                stack.append((inner, x))
         elif isinstance(v, list):
             stack.extend((f"{where}[{i}]", x) for i, x in enumerate(v))
     return None
@@ -112,5 +150,5 @@ def json_lines(
             try:
                 obj = loads(raw)
             except JsonBoundsError as exc:
-                raise error(name, lineno, "<line>", exc.problem) from None
+                raise error(name, lineno, exc.field or "<line>", exc.problem) from None
             yield lineno, obj

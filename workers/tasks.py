@@ -11,9 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from celery.exceptions import Reject
 from django.conf import settings
 from django.db import OperationalError, transaction
-from gyre_web.cluster.services import close_role_intervals, release_gpus
+from gyre_web.cluster.services import close_role_intervals, foreign_launch, release_gpus
 from gyre_web.runs import services
 from gyre_web.runs.models import Run, Status
 
@@ -24,6 +25,7 @@ from workers.sink import DbSink, JobSink
 
 log = logging.getLogger(__name__)
 INVENTORY_EVERY_S = 30.0  # how often a run on a shared Ray cluster refreshes the inventory
+FOREIGN_REQUEUE_S = 1.0  # a pause before another deployment's launch goes back to the queue
 
 
 class StopFlag:
@@ -67,8 +69,14 @@ def _status_event(sink: DbSink, status: str, step: int, message: str = "") -> No
     time_limit=int(settings.GYRE_RUN_TIME_LIMIT_SECONDS),
     soft_time_limit=int(settings.GYRE_RUN_TIME_LIMIT_SECONDS) - 60,
 )
-def launch_run(self: Any, run_id: int) -> str:
-    """queued -> starting -> running -> succeeded | failed | cancelled | paused."""
+def launch_run(self: Any, run_id: int, deployment: str = "") -> str:
+    """queued -> starting -> running -> succeeded | failed | cancelled | paused.
+    Another deployment's launch (one broker shared by two) goes back to the queue for its
+    owner's workers, never acknowledged as done here (``cluster.deployments``)."""
+    foreign = foreign_launch(run_id=run_id, sender=deployment)
+    if foreign:
+        time.sleep(FOREIGN_REQUEUE_S)  # no hot loop while only this worker takes messages
+        raise Reject(foreign, requeue=bool(deployment))  # keyless, run unknown: dropped
     claimed = services.claim_launch(run_id=run_id, task_id=self.request.id or "")
     if claimed is None:
         return "skipped"

@@ -22,7 +22,8 @@ MAX_DEPTH = 64  # a run config nests 2 deep; a fork's changes the same
 class BoundedJSONParser(JSONParser):
     """JSON bodies of at most DATA_UPLOAD_MAX_MEMORY_SIZE bytes, nested at most MAX_DEPTH,
     with finite numbers only (Postgres JSON cannot hold ``1e400``, which Python decodes as
-    inf); every refusal is a 400 naming ``body`` or the path of the bad number."""
+    inf) and text only (no lone surrogate such as ``"\\ud800"``, which no UTF-8 column
+    holds); every refusal is a 400 naming ``body`` or the path of the bad value."""
 
     def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
@@ -31,8 +32,8 @@ class BoundedJSONParser(JSONParser):
             raise ParseError({"body": f"larger than {limit} bytes"})
         try:
             data = loads(raw, max_depth=MAX_DEPTH)
-        except JsonBoundsError as exc:
-            raise ParseError({"body": exc.problem}) from None
+        except JsonBoundsError as exc:  # a lone surrogate names its key path
+            raise ParseError({exc.field or "body": exc.problem}) from None
         where = find_non_finite(data)
         if where is not None:
             raise ParseError({where: "expected a finite number (JSON like 1e400 overflows)"})

@@ -64,7 +64,7 @@ ERROR = ErrorSerializer
 
 _REASONS = {
     "400": "The request was refused: the body names each refused field.",
-    "401": "No credentials, or unknown or revoked ones.",
+    "401": "No credentials, or unknown, revoked or expired ones.",
     "403": "Signed in, but this caller (a share link, or this role) may not do this.",
     "404": "No such object among those this caller can see.",
     "413": "The request body is over the size limit.",

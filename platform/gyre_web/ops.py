@@ -3,7 +3,8 @@
 * ``healthz``: the process is up and serving requests (200, no I/O). For liveness probes.
 * ``readyz``: the database answers, and in service mode (``REDIS_URL`` set) the Celery
   broker answers too; 503 with the reasons otherwise. For readiness probes and load
-  balancers. In embedded mode the broker is a folder (kombu's filesystem transport), so
+  balancers. ``warnings`` says when another deployment shares the broker (its launches
+  reached this deployment's workers within the last hour: ``cluster.deployments``). In embedded mode the broker is a folder (kombu's filesystem transport), so
   there is nothing to reach.
 * ``metrics``: Prometheus text exposition format 0.0.4, written by hand (no client
   library): runs by status, events written per second over the last minute, the Celery
@@ -26,6 +27,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
+from gyre_web.cluster.deployments import shared_broker
 from gyre_web.cluster.models import Gpu, GpuLease, Node, RoleInterval
 from gyre_web.runs.models import ACTIVE, Run, RunEvent, Status
 
@@ -86,12 +88,24 @@ def _redacted(url: str) -> str:
     return scheme + sep + rest
 
 
+def _shared_broker() -> str | None:
+    seen = shared_broker()
+    if seen is None:
+        return None
+    return (
+        f"another deployment ({seen['other_deployment']}) shares this broker: its launch of"
+        f" run {seen['run']} reached a worker of this deployment ({seen['deployment']}) at"
+        f" {seen['seen_at']}; give each deployment its own Redis database"
+    )
+
+
 @require_safe
 def readyz(request: HttpRequest) -> JsonResponse:
     problems = [p for p in (_database_problem(), _broker_problem()) if p]
     if problems:
         return JsonResponse({"status": "unavailable", "problems": problems}, status=503)
-    return JsonResponse({"status": "ready", "problems": []})
+    warnings = [w for w in (_shared_broker(),) if w]  # serving still works: not a problem
+    return JsonResponse({"status": "ready", "problems": [], "warnings": warnings})
 
 
 # ---------------------------------------------------------------------- metrics
@@ -191,6 +205,11 @@ def render_metrics() -> str:
         *_family("gyre_units", "Units of active runs by current role.", _units_by_role()),
         *_inventory(),
         *_queue_depth(),
+        *_family(
+            "gyre_shared_broker",
+            "1 when another deployment's launch reached this deployment's workers lately.",
+            [({}, float(shared_broker() is not None))],
+        ),
     ]
     return "\n".join(lines) + "\n"
 

@@ -38,6 +38,7 @@ def _frames(run: int) -> list[tuple[str, dict[str, str | bytes]]]:
         ),
         ("run true", {"text_data": json.dumps({"type": "subscribe", "run": True})}),
         ("run 2^70", {"text_data": json.dumps({"type": "subscribe", "run": 2**70})}),
+        ("lone surrogate", {"text_data": json.dumps({"type": "subscribe", "stream": "\ud800"})}),
     ]
 
 

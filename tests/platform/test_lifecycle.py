@@ -82,3 +82,33 @@ def test_cancel_of_a_run_whose_worker_is_gone_ends_it_at_once(running, people, c
     event = RunEvent.objects.filter(run=running).order_by("-seq").first()
     assert event.data["status"] == "cancelled" and "worker is gone" in event.data["message"]
     assert client.delete(f"/api/runs/{running.pk}/").status_code == 204
+
+
+@pytest.mark.parametrize(
+    ("mode", "final"), [("cancel", Status.CANCELLED), ("pause", Status.PAUSED)]
+)
+def test_a_stop_sent_while_the_worker_dies_is_honoured_by_the_reaper(
+    running, people, client_for, mode, final
+):
+    client = client_for(people["member"])
+    _quiet(running, 10)  # a live worker: the request waits for its next poll
+    assert client.post(f"/api/runs/{running.pk}/{mode}/").status_code == 200
+    assert Run.objects.get(pk=running.pk).stop_requested == mode
+    _quiet(running, 3600)  # ... which never comes: the worker died
+    assert services.reap_stale_runs() == [running.pk]
+    run = Run.objects.get(pk=running.pk)
+    assert (run.status, run.stop_requested, run.resume_requested) == (final, "", False)
+    assert run.launches.count() == 1  # no resume was queued
+    event = RunEvent.objects.get(run=run, kind="run_status")
+    assert event.data["status"] == final and "stopped heartbeating" in event.data["message"]
+
+
+def test_a_redelivery_of_a_run_asked_to_stop_stops_it_instead_of_running_it(
+    running, people, client_for, settings
+):
+    client = client_for(people["member"])
+    assert client.post(f"/api/runs/{running.pk}/cancel/").status_code == 200
+    _quiet(running, settings.GYRE_TAKEOVER_SECONDS + 1)  # quiet, not yet reaped
+    assert services.claim_launch(run_id=running.pk, task_id=running.celery_task_id) is None
+    run = Run.objects.get(pk=running.pk)
+    assert (run.status, run.stop_requested) == (Status.CANCELLED, "")

@@ -75,7 +75,7 @@ def test_healthz_answers_without_io(ops_client):
 def test_readyz_service_mode_checks_database_and_broker(ops_client):
     resp = ops_client.get("/readyz")
     assert resp.status_code == 200, resp.content
-    assert resp.json() == {"status": "ready", "problems": []}
+    assert resp.json() == {"status": "ready", "problems": [], "warnings": []}
 
 
 @pytest.mark.django_db

@@ -20,6 +20,7 @@ import io
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connections
+from django.utils import timezone
 from drf_spectacular.generators import SchemaGenerator
 from gyre_web.alerts.services import create_webhook
 from gyre_web.asgi import application
@@ -47,7 +49,8 @@ ORIGIN = [(b"origin", b"http://localhost")]
 
 ROLES = ("owner", "admin", "member", "viewer")
 CALLERS = ("anonymous", "outsider", "staff", *ROLES)
-PRINCIPALS = (*CALLERS, "revoked_token", "share", "revoked_share")
+LAPSED = ("revoked_token", "expired_token", "revoked_share", "expired_share")
+PRINCIPALS = (*CALLERS, "revoked_token", "expired_token", "share", "revoked_share", "expired_share")
 SIGNED_IN = frozenset({"outsider", "staff", *ROLES})
 ALLOWED = {  # policy kind -> who may
     "anyone": frozenset({"anonymous", "share", *SIGNED_IN}),  # refused credentials: 401
@@ -58,6 +61,7 @@ ALLOWED = {  # policy kind -> who may
     "owner": frozenset({"owner"}),
     "self": frozenset({"member"}),  # the caller's own object (here the member's token)
     "staff": frozenset({"staff"}),  # site administrators (the GPU inventory)
+    "session": frozenset(),  # a signed-in session only: every principal here holds a token
 }
 
 
@@ -271,7 +275,7 @@ OPS: dict[tuple[str, str], Op] = {
     ("POST", "/api/teams/{id}/members/"): Op("manage", body=_joiner),
     ("DELETE", "/api/teams/{id}/members/{username}/"): Op("manage", fresh=_fresh_victim),
     ("GET", "/api/tokens/"): Op("signed_in"),
-    ("POST", "/api/tokens/"): Op("signed_in", body=_name),
+    ("POST", "/api/tokens/"): Op("session", body=_name),  # a token cannot mint tokens
     ("GET", "/api/tokens/{id}/"): Op("self"),
     ("DELETE", "/api/tokens/{id}/"): Op("self", fresh=_fresh_token),
     ("GET", "/api/trees/"): Op("signed_in", shared=True),
@@ -296,7 +300,7 @@ def _schema_operations() -> list[tuple[str, str]]:
 
 def _denied(op: Op, who: str) -> set[int]:
     """The statuses the policy gives a principal that ``op`` does not admit."""
-    if who in ("anonymous", "revoked_token", "revoked_share"):
+    if who == "anonymous" or who in LAPSED:
         return {401}  # no valid credentials
     if who == "share":
         return {op.share_denied}  # a share link reads its scope and nothing else
@@ -307,6 +311,8 @@ def _denied(op: Op, who: str) -> set[int]:
         return {404}  # an object outside the caller's teams does not exist for them
     if op.kind == "self":
         return {404}  # another user's token does not exist for them
+    if op.kind == "session":
+        return {403}  # signed in with a token, not a session
     return {403}  # a role too low, or not staff
 
 
@@ -363,10 +369,18 @@ def world(people, sim_config, settings) -> dict[str, Any]:
     revoked, keys["revoked_token"] = teams.create_api_token(user=users["member"], name="old")
     teams.revoke_api_token(token=revoked)
     clients["revoked_token"] = APIClient(HTTP_AUTHORIZATION=f"Token {keys['revoked_token']}")
+    past = timezone.now() - timedelta(seconds=1)
+    _, keys["expired_token"] = teams.create_api_token(
+        user=users["member"], name="x", expires_at=past
+    )
+    clients["expired_token"] = APIClient(HTTP_AUTHORIZATION=f"Token {keys['expired_token']}")
+    _, keys["expired_share"] = teams.create_share_link(
+        created_by=users["owner"], experiment=exp, expires_at=past
+    )
     link, keys["share"] = teams.create_share_link(created_by=users["owner"], experiment=exp)
     old, keys["revoked_share"] = teams.create_share_link(created_by=users["owner"], experiment=exp)
     teams.revoke_share_link(link=old)
-    for who in ("share", "revoked_share"):
+    for who in ("share", "revoked_share", "expired_share"):
         clients[who] = APIClient(HTTP_X_GYRE_SHARE=keys[who])
     clients["anonymous"] = APIClient()
     ids = {
@@ -538,7 +552,7 @@ async def test_websocket_handshake_and_subscribe_as_every_principal(world):
     run_id, wrong = world["run"].pk, []
     for who in PRINCIPALS:
         comm, connected, code = await _handshake(world, who)
-        if who in ("anonymous", "revoked_token", "revoked_share"):
+        if who == "anonymous" or who in LAPSED:
             if connected or code != 4401:
                 wrong.append((who, "handshake", connected, code))
             continue

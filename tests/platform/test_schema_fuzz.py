@@ -51,6 +51,10 @@ CHECKS = [
 ]
 EXAMPLES = 40  # per operation and mode; the whole run stays around a minute
 TASKS = b'{"id": "t1", "prompt": "p"}\n'
+
+# Operations a token may not call (a token cannot mint tokens): they answer 403 here, and
+# their successes are in test_credential_lifetimes.py, signed in by session.
+SESSION_ONLY = {"POST /api/tokens/"}
 STEP = {"kind": "step_finished", "t": 1.0, "data": {"step": 1, "version": 1, "metrics": {}}}
 
 
@@ -216,7 +220,10 @@ def test_every_operation_answers_as_documented(world, people, app, sim_config): 
     problems += [
         f"{op}: never 2xx, only {sorted(seen)}"
         for op, seen in run.statuses.items()
-        if min(seen) >= 300
+        if min(seen) >= 300 and op not in SESSION_ONLY
+    ]
+    problems += [
+        f"{op}: {sorted(run.statuses[op])}" for op in SESSION_ONLY if 403 not in run.statuses[op]
     ]
     few = {op.label: run.cases.get(op.label, 0) for op in ops if not _invariant(op)}
     problems += [f"{op}: only {n} cases" for op, n in few.items() if n < EXAMPLES // 2]

@@ -18,6 +18,7 @@ interface Token {
   created_at: string;
   last_used_at: string | null;
   revoked_at: string | null;
+  expires_at: string | null;
 }
 interface Link {
   id: number;
@@ -26,6 +27,13 @@ interface Link {
   run: number | null;
   prefix: string;
   revoked_at: string | null;
+  expires_at: string | null;
+}
+
+// A token's or share link's expiry (the operator's lifetime, or one asked at creation).
+function expiry(at: string | null): string {
+  if (!at) return "no expiry";
+  return `${new Date(at) < new Date() ? "expired" : "expires"} ${new Date(at).toLocaleString()}`;
 }
 
 interface Hook {
@@ -180,6 +188,7 @@ export function TeamPage() {
                 <tr key={l.id}>
                   <td>{l.run ? `run ${l.run}` : `experiment ${l.experiment}`}</td>
                   <td>{l.prefix}…</td>
+                  <td>{expiry(l.expires_at)}</td>
                   <td>{l.revoked_at ? `revoked ${new Date(l.revoked_at).toLocaleString()}` : <button onClick={() => void revokeLink(l.id)}>revoke</button>}</td>
                 </tr>
               ))}
@@ -237,6 +246,7 @@ export function TeamPage() {
               <tr key={t.id}>
                 <td>{t.name}</td>
                 <td>{t.prefix}…</td>
+                <td>{expiry(t.expires_at)}</td>
                 <td>{t.last_used_at ? `used ${new Date(t.last_used_at).toLocaleString()}` : "never used"}</td>
                 <td>{t.revoked_at ? "revoked" : <button onClick={() => void revokeToken(t.id)}>revoke</button>}</td>
               </tr>

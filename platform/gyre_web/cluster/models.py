@@ -98,3 +98,20 @@ class ClusterEvent(models.Model):
             "wall": self.wall.isoformat(),
             "data": self.data,
         }
+
+
+class Deployment(models.Model):
+    """This deployment's identity: one row, made by its migration (or at first use), so
+    every web and worker process on this database agrees. Launch messages carry ``key``;
+    a worker that receives another deployment's launch records it here
+    (``cluster.deployments``) and ``readyz`` reports that two deployments share a broker."""
+
+    key = models.CharField(max_length=32, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    # The last launch of another deployment that reached a worker of this one.
+    other_key = models.CharField(max_length=64, blank=True)
+    other_run_id = models.BigIntegerField(null=True, blank=True)
+    other_seen_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"deployment {self.key}"

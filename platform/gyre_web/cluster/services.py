@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from gyre_web.cluster import deployments
 from gyre_web.cluster.kinds import GPU_LEASE, GROUP, KINDS, NODE_STATUS
 from gyre_web.cluster.models import (
     ClusterEvent,
     ClusterSeq,
+    Deployment,
     Gpu,
     GpuLease,
     Node,
@@ -19,6 +22,34 @@ from gyre_web.cluster.models import (
     Unit,
 )
 from gyre_web.wake import wake
+
+log = logging.getLogger(__name__)
+
+
+def foreign_launch(*, run_id: int, sender: str) -> str:
+    """Why this deployment's worker must not take the launch of ``run_id`` sent by
+    deployment ``sender`` ("" when it may: its own; a message without a key, from before
+    keys, whose run is here). A foreign one is recorded, and logged as an error the first
+    time (a launch bounced between deployments comes back every second or so)."""
+    from gyre_web.runs.models import Run
+
+    me = deployments.this_deployment()
+    if sender == me.key:
+        return ""
+    if not sender and Run.objects.filter(pk=run_id).exists():
+        return ""
+    why = (
+        f"launch of run {run_id} belongs to deployment {sender}, not to this one ({me.key}):"
+        " two deployments share this broker; give each its own Redis database"
+        if sender
+        else f"launch of run {run_id} carries no deployment and this database holds no such run"
+    )
+    again = (me.other_key, me.other_run_id) == (sender or "?", run_id)  # the same, bounced
+    log.log(logging.DEBUG if again else logging.ERROR, "%s", why)
+    Deployment.objects.filter(pk=me.pk).update(
+        other_key=sender or "?", other_run_id=run_id, other_seen_at=timezone.now()
+    )
+    return why
 
 
 class GpuBusy(RuntimeError):

@@ -5,6 +5,8 @@ tar once done (every team role). Share links are refused on all three."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import Http404, StreamingHttpResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -14,6 +16,7 @@ from rest_framework.response import Response
 
 from gyre_web.access import require_role
 from gyre_web.openapi import ERROR
+from gyre_web.redaction import hide_data_dir
 from gyre_web.runs import checkpoints, exports
 from gyre_web.runs.models import CheckpointExport, ExportStatus, Run
 from gyre_web.teams.models import Role
@@ -37,6 +40,11 @@ def _export_of(run: Run, version: str) -> CheckpointExport:
     return export
 
 
+def _shown(export: CheckpointExport) -> dict[str, Any]:
+    """Read by the run's team only: its error with the data folder hidden."""
+    return {**export.as_message(), "error": hide_data_dir(export.error)}
+
+
 class CheckpointExportMixin:
     """The export actions of RunViewSet."""
 
@@ -58,7 +66,7 @@ class CheckpointExportMixin:
         if checkpoints.find(run, int(version)) is None:
             raise Http404(f"run {run.pk} has no checkpoint of version {version}")
         export = exports.request_export(run=run, version=int(version), created_by=request.user)
-        return Response(export.as_message(), status=status.HTTP_202_ACCEPTED)
+        return Response(_shown(export), status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(responses={200: ExportSerializer, 403: ERROR, 404: ERROR})
     @export_checkpoint.mapping.get
@@ -67,7 +75,7 @@ class CheckpointExportMixin:
     ) -> Response:
         run = self.get_object()  # type: ignore[attr-defined]
         require_role(request, run.experiment.team_id, frozenset(Role))
-        return Response(_export_of(run, version).as_message())
+        return Response(_shown(_export_of(run, version)))
 
     @extend_schema(responses={(200, "application/x-tar"): bytes, 403: ERROR, 404: ERROR})
     @action(

@@ -1,5 +1,6 @@
 """GET /api/runs/{id}/logs/: a run's stored log lines (runtime and worker), searchable,
-filtered by level and source, paged by ``seq`` (``after``), or its tail."""
+filtered by level and source, paged by ``seq`` (``after``), or its tail; server paths
+shown as ``gyre_web.redaction`` says."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from gyre_web import redaction
 from gyre_web.runs import selectors
 from gyre_web.runs.logs import LEVELS
 from gyre_web.runs.models import LogSource
@@ -78,4 +80,7 @@ class RunLogsMixin:
             source=_choice(request, "source", list(LogSource.values)),
             tail=tail in ("true", "1"),
         )
+        team_id, cache = run.experiment.team_id, {}  # server paths: see gyre_web.redaction
+        for line in page["lines"]:
+            line["text"] = redaction.text_for(request, team_id, line["text"], cache)
         return Response(page)

@@ -7,7 +7,9 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from gyre_web import redaction
 from gyre_web.access import share_link_of
+from gyre_web.redaction import public_error
 from gyre_web.runs.models import Experiment, Run
 from gyre_web.teams.selectors import teams_of
 
@@ -41,30 +43,16 @@ class ExperimentSerializer(serializers.ModelSerializer):
         return tags
 
 
-_PATH = re.compile(r"(?<![\w.])(?:[A-Za-z]:)?[/\\][^\s'\"]+")
-
-
-def public_error(text: str) -> str:
-    """What a share link sees of a run's error: one line (a traceback's last), with server
-    paths replaced by ``<path>``."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if not lines:
-        return ""
-    line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
-    return _PATH.sub("<path>", line)[:500]
-
-
-def for_share_link(serializer: serializers.Serializer, data: dict[str, Any]) -> dict[str, Any]:
-    """Blank the server paths of a representation for a share link's holder (members see
-    them): ``checkpoint_path``, ``payload_path``; ``error`` becomes ``public_error``."""
-    if share_link_of(serializer.context.get("request")) is None:
-        return data
-    for key in ("checkpoint_path", "payload_path"):
-        if key in data:
-            data[key] = ""
-    if data.get("error"):
-        data["error"] = public_error(data["error"])
-    return data
+def error_for(serializer: serializers.Serializer, run: Run, error: str) -> str:
+    """A run's ``error`` as the caller may read it (``gyre_web.redaction``): the data
+    folder hidden for its team; one line without server paths for everyone else (share
+    links, outsiders on a public experiment)."""
+    if not error:
+        return error
+    request = serializer.context.get("request")
+    if redaction.is_insider(request, run.experiment.team_id, serializer.context):
+        return redaction.hide_data_dir(error)
+    return public_error(error)
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -88,7 +76,6 @@ class RunSerializer(serializers.ModelSerializer):
             "error",
             "celery_task_id",
             "ray_job_id",
-            "checkpoint_path",
             "parent",
             "stop_requested",
             "created_at",
@@ -110,7 +97,10 @@ class RunSerializer(serializers.ModelSerializer):
         return fields
 
     def to_representation(self, instance: Run) -> dict[str, Any]:
-        return for_share_link(self, super().to_representation(instance))
+        data = super().to_representation(instance)
+        if data.get("error"):
+            data["error"] = error_for(self, instance, data["error"])
+        return data
 
     def get_can_edit(self, run: Run) -> bool:
         from gyre_web.runs.selectors import experiments_writable

@@ -124,6 +124,7 @@ def queue_launch(run: Run) -> None:
 def send_launch(row: LaunchOutbox) -> bool:
     """Send one outbox row's message (dispatch only). A broker error is logged and kept on
     the row for the dispatcher to retry, never raised. -> whether it was sent."""
+    from gyre_web.cluster.deployments import deployment_key
     from workers.celery_app import app
 
     now = timezone.now()
@@ -132,6 +133,7 @@ def send_launch(row: LaunchOutbox) -> bool:
         app.send_task(
             "workers.tasks.launch_run",
             args=[row.run_id],
+            kwargs={"deployment": deployment_key()},  # only this deployment's workers take it
             task_id=row.task_id,
             retry_policy=SEND_RETRY,
         )
@@ -316,6 +318,10 @@ def claim_launch(*, run_id: int, task_id: str) -> tuple[Run, bool] | None:
             quiet = timezone.now() - timedelta(seconds=settings.GYRE_TAKEOVER_SECONDS)
             if run.heartbeat_at is not None and run.heartbeat_at > quiet:
                 return None
+            if run.stop_requested:  # asked to stop while its worker died: stop, do not run
+                final = Status.CANCELLED if run.stop_requested == "cancel" else Status.PAUSED
+                _end_lost(run, final, f"{final} at step {run.step}: its worker went quiet")
+                return None
             run.heartbeat_at = timezone.now()  # ours now: the reaper leaves it alone
             run.save(update_fields=["heartbeat_at"])
             return run, True  # continue from the checkpoint
@@ -353,9 +359,10 @@ def _worker_gone(run: Run) -> bool:
 
 
 def reap_stale_runs(*, limit: int = 50) -> list[int]:
-    """Runs whose worker stopped heartbeating (GYRE_HEARTBEAT_TIMEOUT_SECONDS): queued
-    again to resume from their checkpoint (a new launch through the outbox) when they
-    can, else failed with the reason; each gets a ``run_status`` event. Each run is
+    """Runs whose worker stopped heartbeating (GYRE_HEARTBEAT_TIMEOUT_SECONDS): cancelled
+    (or paused) when a stop was asked and not yet read, else queued again to resume from
+    their checkpoint (a new launch through the outbox) when they can, else failed with the
+    reason; each gets a ``run_status`` event. Each run is
     locked with skip_locked, so concurrent reapers (every worker runs one) take each
     stale run once. -> the ids reaped."""
     limit_at = timezone.now() - timedelta(seconds=settings.GYRE_HEARTBEAT_TIMEOUT_SECONDS)
@@ -378,7 +385,10 @@ def reap_stale_runs(*, limit: int = 50) -> list[int]:
                 run_id=run_id, kind="run_status", data__status=Status.QUEUED
             ).count()
             lost = f"the worker stopped heartbeating at step {run.step}"
-            if not can_resume(run):
+            if run.stop_requested:  # asked to stop while its worker died: stop it now
+                final = Status.CANCELLED if run.stop_requested == "cancel" else Status.PAUSED
+                _end_lost(run, final, f"{final} at step {run.step}: {lost}")
+            elif not can_resume(run):
                 _end_lost(run, Status.FAILED, f"{lost}; no checkpoint to resume from")
             elif resumes >= settings.GYRE_REAPER_MAX_RESUMES:
                 _end_lost(run, Status.FAILED, f"{lost}; resumed {resumes} times already")
@@ -437,10 +447,21 @@ def _wall(value: Any) -> datetime:
     return parsed or timezone.now()
 
 
+def _stored_data(event: dict[str, Any]) -> Any:
+    """What is stored (and so read by every reader) of an event's data: a step's payload
+    file (``rollouts_written``) by its name, not its server folder; the caller imports the
+    file from the event it holds (see gyre_web.redaction)."""
+    data = event.get("data", {})
+    if event.get("kind") == "rollouts_written" and isinstance(data, dict) and "path" in data:
+        return {**data, "path": Path(str(data["path"])).name}
+    return data
+
+
 @transaction.atomic
 def append_events(*, run_id: int, events: list[dict[str, Any]]) -> list[RunEvent]:
     """Append events (``Event.to_json`` dicts) with contiguous per-run sequence numbers,
-    and derive metric points, benchmark scores and the run's step from them."""
+    and derive metric points, benchmark scores and the run's step from them. A payload
+    file's server path is not stored (``_stored_data``)."""
     if not events:
         return []
     run = Run.objects.select_for_update().only("id", "next_seq", "step").get(pk=run_id)
@@ -452,7 +473,7 @@ def append_events(*, run_id: int, events: list[dict[str, Any]]) -> list[RunEvent
             kind=str(e["kind"]),
             t=float(e.get("t", 0.0)),
             wall=_wall(e.get("wall")),
-            data=e.get("data", {}),
+            data=_stored_data(e),
         )
         for i, e in enumerate(events)
     ]

@@ -3,6 +3,7 @@
 from gyre_web.logging import LOGGING  # noqa: F401  (GYRE_LOG_FORMAT, GYRE_LOG_LEVEL)
 from gyre_web.settings.agents import *  # noqa: F403
 from gyre_web.settings.base import *  # noqa: F403
+from gyre_web.settings.credentials import *  # noqa: F403
 from gyre_web.settings.database import *  # noqa: F403
 from gyre_web.settings.datasets import *  # noqa: F403
 from gyre_web.settings.queue import *  # noqa: F403

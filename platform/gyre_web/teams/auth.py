@@ -23,7 +23,7 @@ class TokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("Authorization header: 'Token <key>'")
         token = selectors.active_token(parts[1])
         if token is None:
-            raise exceptions.AuthenticationFailed("unknown or revoked API token")
+            raise exceptions.AuthenticationFailed("unknown, revoked or expired API token")
         services.touch_api_token(token=token)
         return token.user, token
 
@@ -38,5 +38,5 @@ class ShareLinkAuthentication(authentication.BaseAuthentication):
             return None
         link = selectors.active_share_link(key)
         if link is None:
-            raise exceptions.AuthenticationFailed("unknown or revoked share link")
+            raise exceptions.AuthenticationFailed("unknown, revoked or expired share link")
         return AnonymousUser(), link

@@ -54,6 +54,7 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)  # null: never
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
@@ -76,6 +77,7 @@ class ShareLink(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)  # null: never
 
     class Meta:
         constraints = [

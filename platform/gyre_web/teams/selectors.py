@@ -7,7 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from gyre_web.teams.models import ApiToken, LoginFailures, Membership, ShareLink, Team
@@ -28,30 +28,36 @@ def role_in(user: Any, team_id: int) -> str | None:
     )
 
 
+def unexpired() -> Q:
+    """Tokens and share links that have not expired (``expires_at`` null: never)."""
+    return Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
+
+
 def active_token(key: str) -> ApiToken | None:
     return (
         ApiToken.objects.select_related("user")
-        .filter(digest=digest_key(key), revoked_at__isnull=True, user__is_active=True)
+        .filter(unexpired(), digest=digest_key(key), revoked_at__isnull=True, user__is_active=True)
         .first()
     )
 
 
 def active_share_link(key: str) -> ShareLink | None:
-    return ShareLink.objects.filter(digest=digest_key(key), revoked_at__isnull=True).first()
+    live = ShareLink.objects.filter(unexpired(), digest=digest_key(key), revoked_at__isnull=True)
+    return live.first()
 
 
 def credentials_lost(
     *, token_id: int | None, link_id: int | None, user_id: int | None, session_key: str | None
 ) -> str | None:
     """Why the credentials a websocket connected with no longer hold, or ``None``: the API
-    token revoked (or its user deactivated), the share link revoked or gone (its team or
+    token revoked or expired (or its user deactivated), the share link revoked, expired or gone (its team or
     target deleted), the user deactivated, or the session ended (signed out)."""
     if token_id is not None:
-        active = ApiToken.objects.filter(pk=token_id, revoked_at__isnull=True)
+        active = ApiToken.objects.filter(unexpired(), pk=token_id, revoked_at__isnull=True)
         if not active.filter(user__is_active=True).exists():
             return "token_revoked"
     if link_id is not None:
-        active_link = ShareLink.objects.filter(pk=link_id, revoked_at__isnull=True)
+        active_link = ShareLink.objects.filter(unexpired(), pk=link_id, revoked_at__isnull=True)
         return None if active_link.exists() else "share_link_revoked"
     users = get_user_model().objects.filter(pk=user_id, is_active=True)
     if user_id is None or not users.exists():

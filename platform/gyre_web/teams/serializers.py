@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 from rest_framework import serializers
 
 from gyre_web.teams.models import ApiToken, Membership, Role, ShareLink, Team
@@ -46,11 +49,31 @@ class MembershipSerializer(serializers.ModelSerializer):
         read_only_fields = ["created_at"]
 
 
+def checked_expiry(value: datetime | None, ttl_days: float, setting: str) -> datetime | None:
+    """An expiry asked at creation: in the future, and within the operator's lifetime."""
+    if value is None:
+        return None
+    now = timezone.now()
+    if value <= now:
+        raise serializers.ValidationError("must be in the future")
+    if ttl_days > 0 and value > now + timedelta(days=ttl_days):
+        raise serializers.ValidationError(f"at most {ttl_days:g} days from now ({setting})")
+    return value
+
+
+_EXPIRES_HELP = "when it stops working (null: never); default: the operator's lifetime"
+
+
 class ApiTokenSerializer(serializers.ModelSerializer):
+    expires_at = serializers.DateTimeField(required=False, allow_null=True, help_text=_EXPIRES_HELP)
+
     class Meta:
         model = ApiToken
-        fields = ["id", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+        fields = ["id", "name", "prefix", "created_at", "last_used_at", "revoked_at", "expires_at"]
         read_only_fields = ["prefix", "created_at", "last_used_at", "revoked_at"]
+
+    def validate_expires_at(self, value: datetime | None) -> datetime | None:
+        return checked_expiry(value, settings.GYRE_TOKEN_TTL_DAYS, "GYRE_TOKEN_TTL_DAYS")
 
 
 class ApiTokenCreatedSerializer(ApiTokenSerializer):
@@ -61,10 +84,17 @@ class ApiTokenCreatedSerializer(ApiTokenSerializer):
 
 
 class ShareLinkSerializer(serializers.ModelSerializer):
+    expires_at = serializers.DateTimeField(required=False, allow_null=True, help_text=_EXPIRES_HELP)
+
     class Meta:
         model = ShareLink
-        fields = ["id", "team", "experiment", "run", "prefix", "created_at", "revoked_at"]
+        fields = [
+            "id", "team", "experiment", "run", "prefix", "created_at", "revoked_at", "expires_at"
+        ]  # fmt: skip
         read_only_fields = ["team", "prefix", "created_at", "revoked_at"]
+
+    def validate_expires_at(self, value: datetime | None) -> datetime | None:
+        return checked_expiry(value, settings.GYRE_SHARE_TTL_DAYS, "GYRE_SHARE_TTL_DAYS")
 
     def get_fields(self):  # type: ignore[no-untyped-def]
         from gyre_web.runs.selectors import experiments_visible, runs_visible

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
@@ -149,10 +150,27 @@ def delete_team(*, team: Team) -> None:
     access_changed()
 
 
-def create_api_token(*, user: Any, name: str) -> tuple[ApiToken, str]:
-    """Returns the token and its key; the key is not stored and cannot be shown again."""
+def expiry(requested: datetime | None, ttl_days: float) -> datetime | None:
+    """When a new token or link expires: ``requested`` if given (the caller checked it is
+    in the future and within the lifetime), else ``ttl_days`` from now (0: never)."""
+    if requested is not None:
+        return requested
+    return timezone.now() + timedelta(days=ttl_days) if ttl_days > 0 else None
+
+
+def create_api_token(
+    *, user: Any, name: str, expires_at: datetime | None = None
+) -> tuple[ApiToken, str]:
+    """Returns the token and its key; the key is not stored and cannot be shown again.
+    It expires at ``expires_at``, else after GYRE_TOKEN_TTL_DAYS (0: never)."""
     key = _new_key("tok")
-    token = ApiToken.objects.create(user=user, name=name, prefix=key[:12], digest=digest_key(key))
+    token = ApiToken.objects.create(
+        user=user,
+        name=name,
+        prefix=key[:12],
+        digest=digest_key(key),
+        expires_at=expiry(expires_at, settings.GYRE_TOKEN_TTL_DAYS),
+    )
     return token, key
 
 
@@ -168,8 +186,14 @@ def touch_api_token(*, token: ApiToken) -> None:
 
 
 def create_share_link(
-    *, created_by: Any, experiment: Any = None, run: Any = None
+    *,
+    created_by: Any,
+    experiment: Any = None,
+    run: Any = None,
+    expires_at: datetime | None = None,
 ) -> tuple[ShareLink, str]:
+    """Returns the link and its key (shown once). It expires at ``expires_at``, else after
+    GYRE_SHARE_TTL_DAYS (0: never)."""
     if (experiment is None) == (run is None):
         raise ValueError("a share link points to exactly one experiment or one run")
     team = (experiment or run.experiment).team
@@ -181,6 +205,7 @@ def create_share_link(
         prefix=key[:12],
         digest=digest_key(key),
         created_by=created_by,
+        expires_at=expiry(expires_at, settings.GYRE_SHARE_TTL_DAYS),
     )
     return link, key
 

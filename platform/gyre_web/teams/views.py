@@ -11,7 +11,7 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action, api_view, permission_classes
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -124,11 +124,17 @@ class ApiTokenViewSet(
     def get_queryset(self) -> QuerySet[ApiToken]:
         return selectors.tokens_of(self.request.user)
 
-    @extend_schema(responses={201: ApiTokenCreatedSerializer})
+    @extend_schema(responses={201: ApiTokenCreatedSerializer, 403: ERROR})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        if isinstance(request.auth, ApiToken):  # else revoking it would leave its children
+            raise PermissionDenied("an API token cannot create tokens: sign in to create one")
         ser = self.get_serializer(data=request.data)
         ser.is_valid(raise_exception=True)
-        token, key = services.create_api_token(user=request.user, name=ser.validated_data["name"])
+        token, key = services.create_api_token(
+            user=request.user,
+            name=ser.validated_data["name"],
+            expires_at=ser.validated_data.get("expires_at"),
+        )
         return Response({**ApiTokenSerializer(token).data, "key": key}, status=201)
 
     def perform_destroy(self, instance: ApiToken) -> None:
@@ -152,7 +158,10 @@ class ShareLinkViewSet(ApiTokenViewSet):
         experiment, run = ser.validated_data.get("experiment"), ser.validated_data.get("run")
         require_role(request, (experiment or run.experiment).team_id)
         link, key = services.create_share_link(
-            created_by=request.user, experiment=experiment, run=run
+            created_by=request.user,
+            experiment=experiment,
+            run=run,
+            expires_at=ser.validated_data.get("expires_at"),
         )
         return Response(
             {**ShareLinkSerializer(link, context={"request": request}).data, "key": key}, status=201

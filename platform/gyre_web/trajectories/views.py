@@ -4,7 +4,6 @@ by parent (lazy loading), search within a tree, the path to a node and a node's 
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
@@ -17,7 +16,6 @@ from rest_framework.response import Response
 
 from gyre_web.access import IdCursorPagination, share_link_of
 from gyre_web.runs.selectors import runs_visible
-from gyre_web.runs.serializers import for_share_link
 from gyre_web.trajectories import node_tokens, selectors
 from gyre_web.trajectories.models import Rollout, Tree, TreeNode
 
@@ -63,11 +61,7 @@ class TreeSerializer(serializers.ModelSerializer):
             "tokens_per_call",
             "dedup_ratio",
             "branch_counts",
-            "payload_path",
         ]
-
-    def to_representation(self, instance: Tree) -> dict[str, Any]:
-        return for_share_link(self, super().to_representation(instance))
 
 
 class TreeNodeSerializer(serializers.ModelSerializer):
