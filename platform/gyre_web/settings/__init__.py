@@ -7,3 +7,4 @@ from gyre_web.settings.queue import *  # noqa: F403
 from gyre_web.settings.realtime import *  # noqa: F403
 from gyre_web.settings.runtime import *  # noqa: F403
 from gyre_web.settings.security import *  # noqa: F403
+from gyre_web.settings.tls import *  # noqa: F403
