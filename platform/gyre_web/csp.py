@@ -20,9 +20,13 @@ DOCS_PREFIX = "/api/docs/"
 
 
 def policy(request: HttpRequest) -> str:
-    host = request.get_host()
-    docs = request.path.startswith(DOCS_PREFIX)
-    ws = "wss" if request.is_secure() else "ws"
+    return header(request.get_host(), request.is_secure(), request.path)
+
+
+def header(host: str, secure: bool, path: str) -> str:
+    """The policy for a page at ``path`` served from ``host`` (over https if ``secure``)."""
+    docs = path.startswith(DOCS_PREFIX)
+    ws = "wss" if secure else "ws"
     directives = {
         "default-src": "'self'",
         "script-src": f"'self' {CDN}" if docs else "'self'",

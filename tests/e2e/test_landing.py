@@ -1,6 +1,7 @@
 """The signed-out landing page in real Chromium: it finds the caller signed out from
 ``/api/auth/session/`` (200, ``authenticated: false``) and shows the sign-in form with no
-console error, no page error and no failed request."""
+console error, no page error and no failed request; no page refuses anything under the
+Content-Security-Policy (the ``page`` fixture checks it in every browser test)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,17 @@ def test_the_signed_out_landing_page_logs_no_error(page: Any, server: Server) ->
         "response",
         lambda resp: resp.status >= 400 and errors.append(f"HTTP {resp.status}: {resp.url}"),
     )
-    page.goto(server.url + "/")
+    resp = page.goto(server.url + "/")
+    assert "script-src 'self';" in resp.headers["content-security-policy"]  # the page fixture
     page.wait_for_selector("input[name=username]")
     page.wait_for_load_state("networkidle")
     assert page.locator("nav >> text=Runs").count() == 0  # signed out
     assert errors == []
+
+
+def test_the_api_docs_page_passes_the_content_security_policy(page: Any, server: Server) -> None:
+    """Swagger UI's own script is served from a URL, not inline (the bundle comes from a
+    CDN that the tests cannot reach); the page fixture fails the test on any refusal."""
+    resp = page.goto(server.url + "/api/docs/")
+    assert resp.status == 200 and "content-security-policy" in resp.headers
+    page.wait_for_load_state("load")
