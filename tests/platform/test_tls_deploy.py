@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import socket
 import ssl
 import subprocess
 import sys
@@ -61,6 +62,22 @@ class Browser:
         conn.close()
         return resp, data
 
+    def upgrade(self, path: str, signed_in: bool = True) -> bytes:
+        """The status line and headers answering a websocket handshake (wss://HOST/path)."""
+        raw = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        with self.context.wrap_socket(raw, server_hostname=HOST) as tls:
+            cookie = "; ".join(f"{k}={v}" for k, v in self.cookies.items() if signed_in)
+            tls.sendall(
+                f"GET {path} HTTP/1.1\r\nHost: {HOST}\r\nUpgrade: websocket\r\n"
+                "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                f"Sec-WebSocket-Version: 13\r\nOrigin: https://{HOST}\r\n"
+                f"Cookie: {cookie}\r\n\r\n".encode()
+            )
+            head = b""
+            while b"\r\n\r\n" not in head and (chunk := tls.recv(4096)):
+                head += chunk
+        return head
+
     def post(self, path: str, body: bytes, content_type: str) -> tuple[Any, bytes]:
         return self.request("POST", path, body, {
             "Content-Type": content_type, "X-CSRFToken": self.cookies.get("csrftoken", ""),
@@ -89,8 +106,6 @@ def test_sign_in_and_a_dashboard_write_work_behind_a_tls_proxy(behind_tls):
 
     page, _ = browser.request("GET", "/api/auth/login/")
     assert page.status == 200
-    assert page.headers["Strict-Transport-Security"].startswith("max-age=31536000")
-    assert "script-src 'self'" in page.headers["Content-Security-Policy"]
     form = urlencode({"username": "ada", "password": "right-horse-battery", "next": "/",
                       "csrfmiddlewaretoken": browser.cookies["csrftoken"]})  # fmt: skip
     signed, body = browser.post(
@@ -98,7 +113,7 @@ def test_sign_in_and_a_dashboard_write_work_behind_a_tls_proxy(behind_tls):
     )
     assert signed.status == 302, body[:300]
     assert browser.secure["sessionid"] and browser.secure["csrftoken"]
-    resp, body = browser.request("GET", "/api/auth/session/")
+    _, body = browser.request("GET", "/api/auth/session/")
     assert json.loads(body)["username"] == "ada"
 
     wrote, body = browser.post(
@@ -106,6 +121,12 @@ def test_sign_in_and_a_dashboard_write_work_behind_a_tls_proxy(behind_tls):
         "application/json",
     )  # fmt: skip
     assert wrote.status == 201, body[:300]
+    assert page.headers["Strict-Transport-Security"] == "max-age=31536000; includeSubDomains"
+    assert "connect-src 'self' wss://gyre.test;" in page.headers["Content-Security-Policy"]
+
+    # The dashboard's live views: a websocket upgrade through the proxy with the session.
+    assert browser.upgrade("/ws/").startswith(b"HTTP/1.1 101")
+    assert not browser.upgrade("/ws/", signed_in=False).startswith(b"HTTP/1.1 101")
 
     # Straight to the server, without the proxy: redirected to https, but not the probes.
     conn = http.client.HTTPConnection("127.0.0.1", plain_port)

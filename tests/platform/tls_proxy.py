@@ -1,7 +1,7 @@
 """A TLS-terminating reverse proxy for tests, as an ingress is: it accepts HTTPS on
 127.0.0.1 with a self-signed certificate, drops the client's ``X-Forwarded-*`` headers,
 sets ``X-Forwarded-Proto: https`` and forwards each request (one per connection) to a
-plain-HTTP server, keeping the ``Host`` header."""
+plain-HTTP server, keeping the ``Host`` header (a websocket upgrade is passed through)."""
 
 from __future__ import annotations
 
@@ -85,12 +85,14 @@ class TlsProxy:
             writer.close()
             return
         lines = head.decode("latin-1").split("\r\n")[:-2]
+        upgrade = any(line.lower().startswith("upgrade:") for line in lines)
         kept = [
             line
             for line in lines[1:]
             if not line.lower().startswith(("x-forwarded-", "connection:"))
         ]
-        request = [lines[0], *kept, "X-Forwarded-Proto: https", "Connection: close", "", ""]
+        connection = "Connection: Upgrade" if upgrade else "Connection: close"
+        request = [lines[0], *kept, "X-Forwarded-Proto: https", connection, "", ""]
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
         up_writer.write("\r\n".join(request).encode("latin-1"))
         await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
