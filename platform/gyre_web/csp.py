@@ -6,7 +6,8 @@ through the DOM (which a policy does not govern), draws charts on canvas and ope
 websocket to the host it came from: everything is ``'self'``, plus ``ws:``/``wss:`` to the
 same host (older browsers do not count a websocket to the same host as ``'self'``). The API
 docs page (``/api/docs/``, Swagger UI) loads its bundle from jsDelivr and has one inline
-``<style>``; only that page's policy allows those."""
+``<style>``; only that page's policy allows those. The pages Django renders (the
+browsable API, the admin) have inline styles, allowed there; their scripts are files."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from django.http import HttpRequest, HttpResponse
 
 CDN = "https://cdn.jsdelivr.net"
 DOCS_PREFIX = "/api/docs/"
+SERVER_PAGES = ("/api/", "/admin/")  # pages rendered by Django: browsable API, admin
 
 
 def policy(request: HttpRequest) -> str:
@@ -26,11 +28,14 @@ def policy(request: HttpRequest) -> str:
 def header(host: str, secure: bool, path: str) -> str:
     """The policy for a page at ``path`` served from ``host`` (over https if ``secure``)."""
     docs = path.startswith(DOCS_PREFIX)
+    # Pages Django renders have style="..." attributes and <style> (the browsable API's
+    # code highlighting); the dashboard has neither.
+    style = "'self' 'unsafe-inline'" if path.startswith(SERVER_PAGES) else "'self'"
     ws = "wss" if secure else "ws"
     directives = {
         "default-src": "'self'",
         "script-src": f"'self' {CDN}" if docs else "'self'",
-        "style-src": f"'self' {CDN} 'unsafe-inline'" if docs else "'self'",
+        "style-src": f"'self' {CDN} 'unsafe-inline'" if docs else style,
         "img-src": f"'self' data: {CDN}" if docs else "'self' data:",
         "font-src": "'self'",
         "connect-src": f"'self' {ws}://{host}",
