@@ -337,7 +337,7 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 events = await feed.after(after)
             else:  # the first read, or a poll without a wake-up: the table itself
                 events = await _events(run_id, after)
-            if events and not await self._may_send(run_id):
+            if events and not await self.may_send(run_id):
                 await self._wait(wake, poll)  # the guard closes or unsubscribes meanwhile
                 continue  # (or, after a failed check, the next read checks again)
             if events:
@@ -351,10 +351,12 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                     continue  # more waiting in the table
             await self._wait(wake, poll)
 
-    async def _may_send(self, run_id: int) -> bool:
-        """Whether the credentials, checked within SEND_CHECK seconds, still read ``run_id``.
-        A stale check is redone here, one at a time per socket; on a loss the guard is
-        woken to close the socket or unsubscribe. A failed check sends nothing now."""
+    async def may_send(self, run_id: int | None) -> bool:
+        """Whether the credentials still hold and still read the subscribed runs, as checked
+        within SEND_CHECK seconds (``run_id`` None: the cluster stream asks). A stale check
+        is redone here, one at a time per socket; on a loss the guard is woken to close the
+        socket or unsubscribe, and a run it ends gets nothing more. A failed check (the
+        database away) sends nothing now."""
         loop = asyncio.get_running_loop()
         fresh = min(SEND_CHECK, max(0.05, float(settings.GYRE_WS_RECHECK_SECONDS)))
         async with self.check_lock:
@@ -362,15 +364,15 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 return True
             started = loop.time()
             try:
-                lost, unreadable = await _recheck(self.scope, [run_id])
-            except Exception:  # the database away: send nothing, the next poll retries
+                lost, unreadable = await _recheck(self.scope, list(self.subs))
+            except Exception:
                 log.exception("websocket access check before sending failed")
                 return False
             if lost is None and not unreadable:
                 self.checked_at = max(self.checked_at, started)
                 return True
         self.access.set()
-        return False
+        return lost is None and run_id not in unreadable
 
     async def _wait(self, wake: asyncio.Event, poll: float) -> None:
         """Until a wake-up, or ``poll`` seconds; every OUTAGE_POLL seconds while the
