@@ -143,11 +143,19 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
+    """A page whose test fails if the Content-Security-Policy refused anything on it
+    (Chromium logs each refusal to the console: "... violates the following Content
+    Security Policy directive ...")."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     p = context.new_page()
     p.set_default_timeout(20_000)
+    refused: list[str] = []
+    p.on(
+        "console", lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None
+    )
     yield p
     context.close()
+    assert not refused, f"the Content-Security-Policy refused: {refused}"
 
 
 def login(page: Any, server: Server, username: str, password: str) -> None:

@@ -13,6 +13,7 @@ import mimetypes
 from pathlib import Path
 from typing import Any
 
+from gyre_web import csp
 from gyre_web.asgi import application as platform_app
 
 DIST = Path(__file__).resolve().parents[2] / "frontend" / "dist"
@@ -34,6 +35,8 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if found is not None and found.is_file():
             body = found.read_bytes()
             kind = mimetypes.guess_type(found.name)[0] or "application/octet-stream"
+            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+            policy = csp.header(host, scope.get("scheme") == "https", scope["path"])
             await send(
                 {
                     "type": "http.response.start",
@@ -41,6 +44,7 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
                     "headers": [
                         (b"content-type", kind.encode()),
                         (b"content-length", str(len(body)).encode()),
+                        (b"content-security-policy", policy.encode()),  # as Django sends
                     ],
                 }
             )

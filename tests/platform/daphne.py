@@ -20,10 +20,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start(port: int) -> subprocess.Popen[bytes]:
+def start(port: int, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """daphne on ``port``, serving the test database; returns once it accepts."""
     db = connection.settings_dict
-    env = dict(os.environ)
+    env = {**os.environ, **(extra_env or {})}
     env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
     env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{ROOT / 'platform'}"
     proc = subprocess.Popen(

@@ -91,7 +91,9 @@ class ClusterStream:
         while True:
             wake.clear()
             events = await _events(after)
-            if events:
+            if events and not await self.consumer.may_send(None):  # (runs/consumers.py)
+                events = []  # the consumer's guard closes the socket meanwhile
+            elif events:
                 await self.consumer.send_json(
                     {"type": "events", "stream": STREAM, "events": events}
                 )

@@ -14,7 +14,8 @@ subscriber never misses or reorders an event, however the wake-ups arrive.
 
 Access is re-checked while a socket stays open: when credentials or memberships change
 (the teams services send ``access.changed`` to the ``access`` group on commit) and every
-``GYRE_WS_RECHECK_SECONDS`` (embedded mode, and a lost notice). Credentials that no
+``GYRE_WS_RECHECK_SECONDS`` (embedded mode, and a lost notice), and before a batch of
+events is sent when the last check is older than ``SEND_CHECK``. Credentials that no
 longer hold close the socket after ``{"type": "error", "error": MESSAGE, "reason":
 REASON}`` (``LOST``): code 4401 for a revoked API token or share link or an ended
 session, 4403 for a deactivated user. A subscription whose run is no longer readable gets ``{"type": "unsubscribed", "run": ID,
@@ -61,6 +62,10 @@ def _is_id(value: Any, lo: int) -> bool:
 
 
 OUTAGE_POLL = 0.5  # seconds between table reads while the channel layer cannot wake us
+# A batch of events goes out only on credentials checked at most this long ago (or
+# GYRE_WS_RECHECK_SECONDS, if shorter): without a channel layer no notice comes, and the
+# periodic re-check can wait behind the other sockets' reads on the one database thread.
+SEND_CHECK = 0.5
 
 
 def group_name(run_id: int) -> str:
@@ -189,6 +194,8 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
         user, link = self.scope.get("user"), self.scope.get("share_link")
         self.access = asyncio.Event()
         self.guard: asyncio.Task[None] | None = None
+        self.checked_at = asyncio.get_running_loop().time()  # connect checked them
+        self.check_lock = asyncio.Lock()
         if link is None and not getattr(user, "is_authenticated", False):
             await self.close(code=4401)
             return
@@ -248,11 +255,14 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.access.wait(), timeout=interval)
             self.access.clear()
+            started = asyncio.get_running_loop().time()
             try:
                 lost, unreadable = await _recheck(self.scope, list(self.subs))
             except Exception:  # the database away: keep the socket, try again later
                 log.exception("websocket access re-check failed")
                 continue
+            if lost is None:
+                self.checked_at = max(self.checked_at, started)
             if lost is not None:
                 await self._stop_all()  # no event goes out after the error
                 message, code = LOST[lost]
@@ -327,6 +337,9 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 events = await feed.after(after)
             else:  # the first read, or a poll without a wake-up: the table itself
                 events = await _events(run_id, after)
+            if events and not await self.may_send(run_id):
+                await self._wait(wake, poll)  # the guard closes or unsubscribes meanwhile
+                continue  # (or, after a failed check, the next read checks again)
             if events:
                 message = {"type": "events", "run": run_id, "events": events}
                 if feed is not None:  # subscribers at one cursor share one encoding
@@ -337,6 +350,29 @@ class RunEventsConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]
                 if len(events) == BATCH:
                     continue  # more waiting in the table
             await self._wait(wake, poll)
+
+    async def may_send(self, run_id: int | None) -> bool:
+        """Whether the credentials still hold and still read the subscribed runs, as checked
+        within SEND_CHECK seconds (``run_id`` None: the cluster stream asks). A stale check
+        is redone here, one at a time per socket; on a loss the guard is woken to close the
+        socket or unsubscribe, and a run it ends gets nothing more. A failed check (the
+        database away) sends nothing now."""
+        loop = asyncio.get_running_loop()
+        fresh = min(SEND_CHECK, max(0.05, float(settings.GYRE_WS_RECHECK_SECONDS)))
+        async with self.check_lock:
+            if loop.time() - self.checked_at <= fresh:
+                return True
+            started = loop.time()
+            try:
+                lost, unreadable = await _recheck(self.scope, list(self.subs))
+            except Exception:
+                log.exception("websocket access check before sending failed")
+                return False
+            if lost is None and not unreadable:
+                self.checked_at = max(self.checked_at, started)
+                return True
+        self.access.set()
+        return lost is None and run_id not in unreadable
 
     async def _wait(self, wake: asyncio.Event, poll: float) -> None:
         """Until a wake-up, or ``poll`` seconds; every OUTAGE_POLL seconds while the

@@ -10,5 +10,6 @@ from gyre_web.settings.queue import *  # noqa: F403
 from gyre_web.settings.realtime import *  # noqa: F403
 from gyre_web.settings.runtime import *  # noqa: F403
 from gyre_web.settings.security import *  # noqa: F403
+from gyre_web.settings.tls import *  # noqa: F403
 from gyre_web.settings.trust import *  # noqa: F403
 from gyre_web.settings.webhooks import *  # noqa: F403

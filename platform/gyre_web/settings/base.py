@@ -36,6 +36,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "gyre_web.csp.CspMiddleware",  # Content-Security-Policy (gyre_web.settings.tls)
     "gyre_web.inputs.QueryParamsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -84,4 +85,11 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Launch, watch, compare and share elastic RL training runs.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Choice sets that share a field name get a name each (else check --deploy warns W001).
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "gyre_web.runs.models.Status",
+        "ExportStatusEnum": "gyre_web.runs.models.ExportStatus",
+        "RunSourceEnum": "gyre_web.runs.models.Source",
+        "LogSourceEnum": "gyre_web.runs.models.LogSource",
+    },
 }
