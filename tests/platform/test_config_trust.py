@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from gyre_web.runs import services
 from gyre_web.runs.exports import export_dir
-from gyre_web.runs.models import CheckpointExport, ExportStatus, Run, Status
+from gyre_web.runs.models import CheckpointExport, Experiment, ExportStatus, Run, Status
 
 from gyre_core.config import RunConfig, config_schema
 
@@ -170,7 +170,12 @@ def test_a_checkpoint_is_named_by_run_and_version_and_checked_against_the_reader
         export_dir(run.pk, 4).mkdir(parents=True)
     refused = _refused(_post(member, exp, _with(sim_config, "model.checkpoint",
                                                 f"checkpoint:{their.pk}@4")), "model.checkpoint")  # fmt: skip
-    assert "may read" in refused
+    assert "has no launched run" in refused
+    # a public experiment shows its runs to outsiders, never its weights
+    Experiment.objects.filter(pk=theirs.pk).update(visibility="public")
+    assert member.get(f"/api/runs/{their.pk}/").status_code == 200
+    _refused(_post(member, exp, _with(sim_config, "model.checkpoint", f"checkpoint:{their.pk}@4")),
+             "model.checkpoint")  # fmt: skip
     _refused(_post(member, exp, _with(sim_config, "model.checkpoint", f"checkpoint:{ours.pk}@3")),
              "model.checkpoint")  # fmt: skip
     _refused(_post(member, exp, _with(sim_config, "train.warm_start_from", f"checkpoint:{ours.pk}")),

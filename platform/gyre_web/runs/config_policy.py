@@ -149,7 +149,7 @@ def _read(value: str, kind: str | None, team_id: int | None, user: Any, field: s
             raise Refused(f"takes no {ref[1]} reference")
         if kind == DATASET:
             return _dataset(value, team_id, DATASET_KINDS[field])
-        return _checkpoint(value, team_id, user)
+        return _checkpoint(value, team_id)
     return _under(value, settings.GYRE_DATA_ROOTS, "GYRE_DATA_ROOTS", kind)
 
 
@@ -185,19 +185,20 @@ def _dataset(value: str, team_id: int | None, wanted: str) -> Path:
     return path
 
 
-def _checkpoint(value: str, team_id: int | None, user: Any) -> Path:
+def _checkpoint(value: str, team_id: int | None) -> Path:
     from gyre_web.runs.exports import export_dir
-    from gyre_web.runs.selectors import runs_visible
 
     m = _CHECKPOINT.match(value)
     if m is None:
         raise Refused(
             "name a checkpoint as 'checkpoint:<run id>' or 'checkpoint:<run id>@<version>'"
         )
-    readable = runs_visible(user) | Run.objects.filter(experiment__team_id=team_id)
-    run = readable.filter(pk=int(m[1]), source=Source.LAUNCHED).first()
+    # The run's own team only: a public experiment shows its runs to outsiders, never its
+    # weights (an export's download is for team members alone).
+    own = Run.objects.filter(experiment__team_id=team_id, pk=int(m[1]), source=Source.LAUNCHED)
+    run = own.first()
     if run is None:
-        raise Refused(f"no run {m[1]} whose checkpoints you may read")
+        raise Refused(f"the run's team has no launched run {m[1]} to take a checkpoint from")
     done = CheckpointExport.objects.filter(run=run, status=ExportStatus.DONE)
     if m[2] is not None:
         done = done.filter(version=int(m[2]))
