@@ -18,7 +18,7 @@ import psycopg
 import pytest
 import redis
 from django.conf import settings
-from django.db import connection, connections
+from django.db import connection
 from gyre_web.cluster.deployments import deployment_key
 from gyre_web.runs import services
 from gyre_web.runs.models import Run, Status
@@ -40,15 +40,18 @@ def _admin() -> psycopg.Connection[Any]:
 
 
 @pytest.fixture
-def other_db(django_db_setup) -> Iterator[str]:
-    """Deployment B's database: this one's schema (a template copy), a key of its own."""
-    name = connection.settings_dict["NAME"]
-    deployment_key()  # this deployment's row exists before the copy
-    other = f"{name}_b"
-    connections.close_all()  # a template must have no other session
+def other_db(django_db_setup, tmp_path: Path) -> Iterator[str]:
+    """Deployment B's database: migrated afresh (a template copy would need every other
+    session on this one closed, which a full suite's lingering threads do not promise),
+    with a key of its own."""
+    other = f"{connection.settings_dict['NAME']}_b"
     with _admin() as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{other}"')
-        admin.execute(f'CREATE DATABASE "{other}" TEMPLATE "{name}"')
+        admin.execute(f'DROP DATABASE IF EXISTS "{other}" WITH (FORCE)')
+        admin.execute(f'CREATE DATABASE "{other}"')
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+        cwd=ROOT, env=_env(other, tmp_path / "b"), check=True, timeout=300,
+    )  # fmt: skip
     with psycopg.connect(_url(other), autocommit=True) as b:
         b.execute("UPDATE cluster_deployment SET key = %s", [B_KEY])
     yield other
