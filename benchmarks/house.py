@@ -109,9 +109,7 @@ class House:
             ),
             "floors": 1 + max(floor.values(), default=-1),
             "floor_of": {p: floor[p] for p in sorted(floor, key=lambda p: (floor[p], p))},
-            "arrows_back_up": [
-                {"arrow": f"{a} -> {b}", "by": self.arrows[(a, b)]} for a, b in up
-            ],
+            "arrows_back_up": [{"arrow": f"{a} -> {b}", "by": self.arrows[(a, b)]} for a, b in up],
             "platform_to_workers": self.platform_to_workers,
             f"files_over_{LONG_FILE}": [f"{p} ({n})" for p, n in self.long_files],
             f"functions_over_{LONG_FUNCTION}": [f"{p} ({n})" for p, n in long_fn],

@@ -30,7 +30,8 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from gyre_core import events as ev
 from gyre_core.cluster import IDLE, ROLLOUT
 from gyre_core.config import RunConfig
-from gyre_core.rollout.engine import ENGINES, Engine
+from gyre_core.rollout.engine import Engine
+from gyre_core.rollout.engine_kinds import ENGINES
 from gyre_core.runtime.benchmark import run_benchmark
 from gyre_core.runtime.calibrate import write_calibration
 from gyre_core.runtime.loop import MAX_SEQS, Loop, UnitSlot
