@@ -247,7 +247,7 @@ class UnitActor:
         return self.member
 
 
-class RayEngine:
+class UnitEngine:
     """The :class:`~gyre_core.rollout.engine.Engine` protocol over a unit actor. A dead
     actor surfaces as ``ConnectionError``, which the router treats as engine death."""
 
