@@ -226,3 +226,32 @@ def test_a_crossing_is_named_by_file_line_and_import(tmp_path):
         "  rollout -> runtime: gyre_core/rollout/engine.py:2 imports gyre_core.runtime.vllm_unit\n"
         "  runtime -> config: gyre_core/runtime/vllm_unit.py:1 imports gyre_core.config"
     ]
+
+
+def test_the_house_tool_draws_floors_arrows_back_up_and_long_functions(tmp_path):
+    """benchmarks/house.py on a small tree: a circle of two packages gives one arrow back
+    up; a platform import of the workers and a 90-line function are each listed."""
+    body = "\n".join(f"    x{i} = {i}" for i in range(89))
+    files = {
+        "gyre_core/errors.py": "",
+        "gyre_core/config.py": "from gyre_core.errors import E\nfrom gyre_core.train import t\n",
+        "gyre_core/train/__init__.py": "",
+        "gyre_core/train/t.py": f"def f():\n    from gyre_core.config import C\n{body}\n",
+        "gyre_core/cli/main.py": "import gyre_core.config\n",
+        "platform/gyre_web/runs/services.py": "from workers.celery_app import app\n",
+        "workers/celery_app.py": "",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    report = survey(tmp_path).report()
+    assert report["circles"] == [["config", "train"]]
+    assert report["floors"] == 3  # whichever way the circle is cut
+    assert [a["arrow"] for a in report["arrows_back_up"]] in (
+        ["config -> train"],
+        ["train -> config"],
+    )
+    assert report["platform_to_workers"] == [
+        "platform/gyre_web/runs/services.py:1 imports workers.celery_app"
+    ]
+    assert report["functions_over_80"] == ["gyre_core/train/t.py:1 f (91)"]
