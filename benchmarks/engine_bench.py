@@ -13,10 +13,10 @@ import time
 
 import torch
 
+from gyre_core.models.model import build_model, tiny_qwen3_config
 from gyre_core.models.shape import ModelShape
 from gyre_core.rollout.engine import SamplingParams
 from gyre_core.rollout.torch_engine import TorchEngine
-from gyre_core.train.model import build_model, tiny_qwen3_config
 
 VOCAB = 4096
 

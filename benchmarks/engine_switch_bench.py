@@ -30,7 +30,7 @@ from gyre_core.models.init import init_checkpoint
 from gyre_core.rollout.engine import SamplingParams
 from gyre_core.rollout.vllm_env import REPO_ROOT
 from gyre_core.rollout.vllm_settings import VLLMSettings
-from gyre_core.runtime.vllm_unit import VLLMUnit
+from gyre_core.rollout.vllm_unit import VLLMUnit
 
 GREEDY = SamplingParams(max_tokens=8, temperature=0.0)
 

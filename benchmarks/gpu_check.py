@@ -34,9 +34,9 @@ from transformers import Qwen3Config
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.trajectory_bench import CPU_WORKLOADS, branch_sequences, linear_pass, tree_pass
+from gyre_core.models.model import build_model, tiny_qwen3_config
 from gyre_core.models.shape import ModelShape
 from gyre_core.train.config import TrainConfig
-from gyre_core.train.model import build_model, tiny_qwen3_config
 from gyre_core.train.sharded import ShardedTrainer, unit_mesh
 from gyre_core.train.trainer import Trainer, TrainerOptions
 from gyre_core.trajectory.format import Rollout

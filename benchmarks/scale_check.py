@@ -43,10 +43,10 @@ import torch.multiprocessing as mp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.gpu_check import SHAPES, STATE_BYTES, agentic_batch, bench_trainer, model_config
+from gyre_core.models.model import build_model
 from gyre_core.models.shape import ModelShape
 from gyre_core.models.tokenizer import as_hf_tokenizer, default_corpus, train_tokenizer
 from gyre_core.train.losses import count_fresh
-from gyre_core.train.model import build_model
 from gyre_core.train.sharded import ShardedTrainer, unit_mesh
 
 MAX_TOKENS = 1024  # per packed sample: the batch packs into more samples than processes

@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gyre_core.models.model import build_model, tiny_qwen3_config
 from gyre_core.models.shape import ModelShape
-from gyre_core.train.model import build_model, tiny_qwen3_config
 from gyre_core.train.tree_attention import tree_pg_loss
 from gyre_core.trajectory.pack import pack_trees
 from gyre_core.trajectory.rewards import assign_weights, branch_ends

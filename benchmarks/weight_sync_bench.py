@@ -40,8 +40,8 @@ from gyre_core.rollout.vllm_engine import VLLMEngine
 from gyre_core.rollout.vllm_env import REPO_ROOT
 from gyre_core.rollout.vllm_server import VLLMServer
 from gyre_core.rollout.vllm_settings import MIB, VLLMSettings
+from gyre_core.rollout.vllm_unit import write_weights
 from gyre_core.rollout.weight_sync import ShmSender, of_state, plan
-from gyre_core.runtime.vllm_unit import write_weights
 
 SHAPES = {  # head_dim 64: vLLM's CPU attention needs >= 32
     "default": ModelShape(16384, layers=12, hidden=1024, heads=16, kv_heads=4, head_dim=64,

@@ -22,6 +22,7 @@ import math
 import re
 import shlex
 import tomllib
+from collections.abc import Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ import yaml
 
 from gyre_core.cluster import ClusterConfig
 from gyre_core.config_fields import FLOAT_MAX, INT_MAX, STR_MAX, config_field
+from gyre_core.errors import ConfigError
 from gyre_core.jsonl import JsonBoundsError, loads
 from gyre_core.models.config import ModelConfig
 from gyre_core.rollout.config import RolloutConfig
@@ -40,15 +42,7 @@ from gyre_core.sim.config import SimConfig
 from gyre_core.sim.costs import CostModel
 from gyre_core.tracking.config import TrackingConfig
 from gyre_core.train.config import TrainConfig
-
-
-class ConfigError(ValueError):
-    """Every bad field of a config, by dotted path."""
-
-    def __init__(self, errors: list[tuple[str, str]]) -> None:
-        self.errors = errors
-        super().__init__("; ".join(f"{p}: {m}" for p, m in errors))
-
+from gyre_core.trajectory.rewards import Weighting
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # no string field holds one (config_fields.py)
 SIM_GPUS_PER_UNIT = CostModel().gpus_per_unit  # a simulated run's unit (backend: sim)
@@ -343,6 +337,14 @@ def dump_config(cfg: RunConfig, fmt: str = "yaml") -> str:
     if fmt == "yaml":
         return str(yaml.safe_dump(data, sort_keys=False))
     raise ValueError(f"format must be json or yaml, got {fmt!r}")
+
+
+def run_weighting(config: Mapping[str, Any]) -> Weighting:
+    """The weighting a run's trainer uses: that of the ``train`` section of its config
+    snapshot (``RunConfig.to_dict``), rebuilt by ``RunConfig.from_dict`` as the run's worker
+    rebuilds it (a snapshot that is refused raises its ``ConfigError``). The tree browser
+    weighs a run's trees with it (``gyre_core.trajectory.export``)."""
+    return RunConfig.from_dict(dict(config)).train.weighting
 
 
 assert is_dataclass(RunConfig)

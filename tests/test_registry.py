@@ -9,7 +9,7 @@ import pytest
 
 from gyre_core.config import ConfigError, RunConfig, config_schema
 from gyre_core.registry import Registry
-from gyre_core.rollout.engine import ENGINES, EngineKind, register_engine
+from gyre_core.rollout.engine_kinds import ENGINES, EngineKind, register_engine
 from gyre_core.scheduler.policies import POLICIES
 from gyre_core.train.losses import LOSSES
 from gyre_core.trajectory.rewards import ADVANTAGE_MODES, Weighting, register_advantage_mode

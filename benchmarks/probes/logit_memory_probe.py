@@ -20,9 +20,9 @@ import numpy as np
 import torch
 
 from gyre_core.config import TrainConfig
+from gyre_core.models.model import build_model, tiny_qwen3_config
 from gyre_core.models.shape import ModelShape
 from gyre_core.train.losses import TokenBatch, combine_loss, token_entropy
-from gyre_core.train.model import build_model, tiny_qwen3_config
 from gyre_core.train.trainer import Trainer, TrainerOptions, demo_sample
 from gyre_core.train.tree_attention import token_logprobs, tree_forward
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gyre_core.config_fields import config_field
-from gyre_core.rollout.engine import ENGINES
+from gyre_core.rollout.engine_kinds import ENGINES
 
 
 @dataclass(frozen=True, slots=True)

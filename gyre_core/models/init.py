@@ -20,9 +20,9 @@ import torch
 import transformers
 
 from gyre_core import __version__
+from gyre_core.models.model import build_model, tiny_qwen3_config
 from gyre_core.models.shape import ModelShape
 from gyre_core.models.tokenizer import as_hf_tokenizer, default_corpus, train_tokenizer
-from gyre_core.train.model import build_model, tiny_qwen3_config
 
 MANIFEST = "gyre.json"
 NOT_EMPTY = "directory is not empty (pass overwrite=True or --overwrite)"

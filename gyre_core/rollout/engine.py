@@ -1,5 +1,6 @@
-"""One interface for every inference engine Gyre drives (torch in-process, vLLM server),
-and the registry of engine kinds a unit's rollout role can be served by (``model.engine``).
+"""One interface for every inference engine Gyre drives (torch in-process, vLLM server);
+the kinds a unit's rollout role can be served by (``model.engine``) are registered in
+:mod:`gyre_core.rollout.engine_kinds`.
 
 An engine turns token ids into token ids, recording for every generated token its
 log-probability under the policy that sampled it and that policy's version, so training
@@ -8,12 +9,8 @@ can correct for staleness and the trajectory processor can build trees.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
-
-from gyre_core.registry import Registry
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,62 +96,3 @@ class EngineHost(Protocol):
     async def publish(self, state: dict[str, Any], version: int) -> None: ...
 
     async def stop(self) -> None: ...
-
-
-def _ready() -> None:
-    """Nothing to check: the engine needs only this process's packages."""
-
-
-def _no_settings(cfg: Any, model_dir: Path, cuda: bool) -> Any:
-    """Nothing to resolve: the engine takes no settings of its own."""
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class EngineKind:
-    """An engine kind. ``check()`` raises ``ValueError`` saying what to install when the
-    kind cannot run here (a run calls it before any work); ``settings(cfg, model_dir,
-    cuda)`` resolves the run config for this kind once, when a run starts, raising
-    ``ConfigError`` for what cannot work; ``host(unit, checkpoint, work_dir, settings)``
-    makes a unit's host from them."""
-
-    host: Callable[[int, str, str, Any], EngineHost]
-    check: Callable[[], None] = _ready
-    settings: Callable[[Any, Path, bool], Any] = _no_settings
-
-
-ENGINES: Registry[EngineKind] = Registry("engine")
-register_engine = ENGINES.register
-
-
-def _torch_host(unit: int, checkpoint: str, work_dir: str, settings: Any) -> EngineHost:
-    from gyre_core.rollout.torch_engine import TorchHost
-
-    return TorchHost(checkpoint)
-
-
-def _vllm_host(unit: int, checkpoint: str, work_dir: str, settings: Any) -> EngineHost:
-    if not work_dir:
-        raise ValueError("a vllm unit needs a work_dir")
-    from gyre_core.runtime.vllm_unit import VLLMUnit
-
-    return VLLMUnit(unit, checkpoint, Path(work_dir) / f"unit-{unit}", settings)
-
-
-def _vllm_check() -> None:
-    from gyre_core.runtime.vllm_unit import check_vllm_env
-
-    check_vllm_env()
-
-
-def _vllm_settings(cfg: Any, model_dir: Path, cuda: bool) -> Any:
-    from gyre_core.rollout.vllm_env import DEFAULT_VENV, venv_target
-    from gyre_core.rollout.vllm_settings import resolve
-
-    return resolve(cfg, model_dir, cuda, venv_target(DEFAULT_VENV))
-
-
-# torch: an in-process TorchEngine; vllm: a vLLM server per rollout unit with the run's
-# engine settings (gyre_core.runtime.vllm_unit).
-register_engine("torch")(EngineKind(_torch_host))
-register_engine("vllm")(EngineKind(_vllm_host, _vllm_check, _vllm_settings))

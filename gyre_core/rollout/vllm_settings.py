@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gyre_core.errors import ConfigError
+
 EXTENSION = "gyre_vllm_ext.GyreWorkerExtension"  # gyre_core/rollout/vllm_ext/gyre_vllm_ext.py
 EXTENSION_DIR = Path(__file__).with_name("vllm_ext")  # on the server's PYTHONPATH
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -87,8 +89,6 @@ def resolve(cfg: Any, model_dir: Path, cuda: bool, venv: str | None = None) -> V
     checkpoint ``model_dir`` on CUDA or on the CPU, from a vllm venv built for ``venv``
     (``cpu``, ``cuda``; None: not checked); a ``ConfigError`` lists every field that cannot
     work."""
-    from gyre_core.config import ConfigError
-
     e = cfg.engine
     config = json.loads((model_dir / "config.json").read_text())
     errors: list[tuple[str, str]] = []

@@ -267,15 +267,43 @@ def write_calibration(
 def _calibrate(
     workdir: Path, cfg: RunConfig, loop: Loop, router: TimedRouter, loop_start: float
 ) -> dict[str, Any]:
-    from gyre_core.runtime.loop import MAX_SEQS
-    from gyre_core.scheduler.policies import Async
-
-    steps_files = sorted((workdir / "rollouts").glob("step-*.jsonl"))
-    batches = [list(read_rollouts(p)) for p in steps_files]
     spans = loop.counters.step_spans
-    batches = batches[len(batches) - len(spans) :] if spans else []
     # the training rollouts' calls (not the benchmark's): ``r<index>/<call>``
     records = {r.request_id: r for r in router.records if _index(r.request_id.split("/")[0]) >= 0}
+    trace, tokens_by_step, fresh = _trace(workdir, cfg, spans, records)
+    steps = [
+        StepSample(a, b, ts, u, tok)
+        for (a, b, u), ts, tok in zip(spans, loop.counters.train_s, tokens_by_step, strict=False)
+    ]
+    train_tok_s, overhead = fit_training(steps)
+
+    timed = [r for r in router.records if r.request_id in fresh]
+    conc = concurrency(timed)
+    samples = [
+        CallSample(r.t1 - r.t0, r.completion_tokens, fresh[r.request_id], n)
+        for r, n in zip(timed, conc, strict=True)
+    ]
+    decode = fit_calls(samples)
+    costs = _costs(cfg, loop.counters, router, decode, train_tok_s, overhead)
+    (workdir / COSTS).write_text(json.dumps(costs.to_json(), indent=2) + "\n")
+    write_trace(workdir / WORKLOAD, trace)
+    report = _report(cfg, loop, loop_start, steps, decode, trace, records)
+    report["costs"] = costs.to_json()
+    (workdir / REPORT).write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def _trace(
+    workdir: Path,
+    cfg: RunConfig,
+    spans: list[tuple[float, float, int]],
+    records: dict[str, CallRecord],
+) -> tuple[list[TraceRollout], list[int], dict[str, int]]:
+    """The trained steps' rollouts as a workload trace (in admission order), each step's
+    simulated tokens, and each timed call's appended prompt tokens by request id."""
+    steps_files = sorted((workdir / "rollouts").glob("step-*.jsonl"))
+    batches = [list(read_rollouts(p)) for p in steps_files]
+    batches = batches[len(batches) - len(spans) :] if spans else []
     timeout_s = cfg.rollout.time_budget_s or NO_TIMEOUT_S
     trace: list[TraceRollout] = []
     tokens_by_step: list[int] = []
@@ -290,23 +318,21 @@ def _calibrate(
                 fresh[f"{r.rollout_id}/{call.call_id}"] = turn.prompt_tokens
         tokens_by_step.append(total)
     trace.sort(key=lambda tr: (_index(tr.rollout_id), tr.rollout_id))  # admission order
-    steps = [
-        StepSample(a, b, ts, u, tok)
-        for (a, b, u), ts, tok in zip(spans, loop.counters.train_s, tokens_by_step, strict=False)
-    ]
-    train_tok_s, overhead = fit_training(steps)
+    return trace, tokens_by_step, fresh
 
-    timed = [r for r in router.records if r.request_id in fresh]
-    conc = concurrency(timed)
-    samples = [
-        CallSample(r.t1 - r.t0, r.completion_tokens, fresh[r.request_id], n)
-        for r, n in zip(timed, conc, strict=True)
-    ]
-    decode = fit_calls(samples)
 
-    c = loop.counters
-    per_step = cfg.rollout.tasks_per_step * cfg.rollout.group_size
-    costs = CostModel(
+def _costs(
+    cfg: RunConfig,
+    c: Counters,
+    router: TimedRouter,
+    decode: DecodeFit,
+    train_tok_s: float,
+    overhead: float,
+) -> CostModel:
+    """The simulator's cost table measured from the run."""
+    from gyre_core.runtime.loop import MAX_SEQS
+
+    return CostModel(
         gpus=cfg.cluster.units,
         gpus_per_unit=1,
         gpus_per_node=1,
@@ -320,7 +346,7 @@ def _calibrate(
         switch_to_rollout_s=round(_mean(_switches(c, ROLLOUT)), 4),
         weight_sync_s=round(_mean(c.weight_sync_s), 4),
         drain_s=cfg.scheduler.drain_deadline_s,
-        rollouts_per_step=per_step,
+        rollouts_per_step=cfg.rollout.tasks_per_step * cfg.rollout.group_size,
         group_size=cfg.rollout.group_size,
         staleness=cfg.scheduler.staleness_bound,
         admission_staleness=cfg.scheduler.admission_staleness,
@@ -329,9 +355,22 @@ def _calibrate(
         balance_abs=router.affinity_slack,
         balance_rel=1.0,
     )
-    (workdir / COSTS).write_text(json.dumps(costs.to_json(), indent=2) + "\n")
-    write_trace(workdir / WORKLOAD, trace)
-    report = {
+
+
+def _report(
+    cfg: RunConfig,
+    loop: Loop,
+    loop_start: float,
+    steps: list[StepSample],
+    decode: DecodeFit,
+    trace: list[TraceRollout],
+    records: dict[str, CallRecord],
+) -> dict[str, Any]:
+    """``calibration.json`` but its ``costs``: the run's policy, timings and fits."""
+    from gyre_core.scheduler.policies import Async
+
+    c, spans = loop.counters, loop.counters.step_spans
+    return {
         "policy": cfg.policy,
         "split": (
             f"{loop.policy.rollout_units}:{loop.policy.train_units}"
@@ -358,10 +397,7 @@ def _calibrate(
         "weight_sync_s": [round(x, 4) for x in c.weight_sync_s],
         "tool_s_mean": round(_mean([t.tool_s for tr in trace for t in tr.turns[:-1]]), 5),
         "rollouts": _rollout_spans(trace, records),
-        "costs": costs.to_json(),
     }
-    (workdir / REPORT).write_text(json.dumps(report, indent=2) + "\n")
-    return report
 
 
 def _rollout_spans(trace: list[TraceRollout], records: dict[str, CallRecord]) -> list[Any]:

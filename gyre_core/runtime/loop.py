@@ -38,7 +38,7 @@ from gyre_core.cluster import IDLE, ROLLOUT, SWITCHING, TRAIN
 from gyre_core.config import RunConfig
 from gyre_core.rollout.router import Router
 from gyre_core.runtime.inventory import read_inventory
-from gyre_core.runtime.ray_backend import RayEngine
+from gyre_core.runtime.ray_backend import UnitEngine
 from gyre_core.runtime.train_group import TrainGroup, UnitsLost
 from gyre_core.scheduler import batching
 from gyre_core.scheduler.base import Policy, Snapshot
@@ -308,7 +308,7 @@ class Loop:
         parts: dict[str, float] = await slot.actor.start_engine.remote(
             self.state_ref, version, MAX_SEQS
         )
-        engine = RayEngine(slot.actor, version)
+        engine = UnitEngine(slot.actor, version)
         if self.trainer.version != version:  # a step published while the engine loaded
             await engine.publish(self.state_ref, self.trainer.version)
         self.router.add(slot.name, engine, domain=slot.node)
@@ -396,7 +396,7 @@ class Loop:
         )
         for s in live:
             engine = self.router.engine(s.name)
-            if isinstance(engine, RayEngine):
+            if isinstance(engine, UnitEngine):
                 engine._version = version
         self.published = version
 

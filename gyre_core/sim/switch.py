@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from gyre_core import events as ev
 from gyre_core.cluster import IDLE, ROLES, ROLLOUT, SWITCHING, TRAIN
-from gyre_core.sim.engine import Call, Engine
+from gyre_core.sim.ps_queue import Call, Engine
 
 if TYPE_CHECKING:
     from gyre_core.sim.simulator import Simulator

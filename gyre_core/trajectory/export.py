@@ -1,8 +1,8 @@
 """What the tree browser shows of a trajectory tree, made in one place for every caller.
 
-A run's tree is weighed as its trainer weighs it (``run_weighting`` reads the run's
-``train.advantage_mode`` and ``train.normalise_std``; ``Weighting`` is what the trainer's
-config hands its ``weigh``). ``export_group`` builds a group's tree once and turns it into
+A run's tree is weighed as its trainer weighs it (``gyre_core.config.run_weighting`` reads
+the run's ``train.advantage_mode`` and ``train.normalise_std``; ``Weighting`` is what the
+trainer's config hands its ``weigh``). ``export_group`` builds a group's tree once and turns it into
 node specs; given one training step's batch, it is the tree that step's trainer weighed
 (the trainer weighs each step's batch on its own, so a group split across two steps has a
 tree per part); ``node_tokens`` finds a node of that same tree by its path key and lists its
@@ -19,13 +19,12 @@ platform's one door into trees.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from gyre_core.config import RunConfig
 from gyre_core.events import storable_text
 from gyre_core.trajectory.format import FORMAT, Rollout, TrajectoryFormatError, read_rollouts
 from gyre_core.trajectory.rewards import Weighting
@@ -55,16 +54,8 @@ __all__ = [
     "node_tokens",
     "path_key",
     "read_rollouts",
-    "run_weighting",
     "write_rollouts",
 ]
-
-
-def run_weighting(config: Mapping[str, Any]) -> Weighting:
-    """The weighting a run's trainer uses: that of the ``train`` section of its config
-    snapshot (``RunConfig.to_dict``), rebuilt by ``RunConfig.from_dict`` as the run's worker
-    rebuilds it (a snapshot that is refused raises its ``ConfigError``)."""
-    return RunConfig.from_dict(dict(config)).train.weighting
 
 
 def path_key(ordinals: list[int]) -> str:

@@ -131,7 +131,7 @@ class Weighting:
     """How rewards become loss weights: the advantage mode and the std normalisation (a
     run's are ``train.advantage_mode`` and ``train.normalise_std``, ``TrainConfig.weighting``).
     The trainer weighs its trees with its config's ``weighting``, and the tree browser shows a
-    run's trees weighed with the same (``gyre_core.trajectory.export.run_weighting``)."""
+    run's trees weighed with the same (``gyre_core.config.run_weighting``)."""
 
     mode: str  # a name in ADVANTAGE_MODES
     normalise_std: bool

@@ -19,8 +19,8 @@ from gyre_web.trajectories.models import Tree, TreeNode
 
 from gyre_core import events as ev
 from gyre_core.config import RunConfig
+from gyre_core.models.model import build_model, tiny_qwen3_config
 from gyre_core.models.shape import ModelShape
-from gyre_core.train.model import build_model, tiny_qwen3_config
 from gyre_core.train.trainer import Trainer
 from gyre_core.trajectory.format import Call
 from gyre_core.trajectory.format import Rollout as CoreRollout

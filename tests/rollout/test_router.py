@@ -7,11 +7,11 @@ import asyncio
 import pytest
 import torch
 
+from gyre_core.models.model import build_model, tiny_qwen3_config
 from gyre_core.models.shape import ModelShape
 from gyre_core.rollout.engine import Completion, EngineLoad, SamplingParams
 from gyre_core.rollout.router import NoEngineError, Router
 from gyre_core.rollout.torch_engine import TorchEngine
-from gyre_core.train.model import build_model, tiny_qwen3_config
 
 VOCAB = 97
 LONG = SamplingParams(max_tokens=300, temperature=0.0)

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from gyre_core.models.model import build_model, tiny_qwen3_config
 from gyre_core.models.shape import ModelShape
 from gyre_core.rollout.engine import Completion, SamplingParams
 from gyre_core.rollout.torch_engine import TorchEngine, _inverse_cdf, position_uniform
-from gyre_core.train.model import build_model, tiny_qwen3_config
 
 VOCAB = 97
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0)

@@ -16,12 +16,12 @@ import yaml
 
 from gyre_core.config import ConfigError, RunConfig, TrainConfig
 from gyre_core.events import ListSink
+from gyre_core.models.model import build_model, tiny_qwen3_config
 from gyre_core.models.shape import ModelShape
 from gyre_core.models.tokenizer import as_hf_tokenizer, default_corpus, train_tokenizer
 from gyre_core.rollout.chat import ChatFormat
 from gyre_core.runtime.offpolicy import OffPolicyData, OffPolicyError
 from gyre_core.train.losses import fresh_mask
-from gyre_core.train.model import build_model, tiny_qwen3_config
 from gyre_core.train.trainer import Trainer, TrainerOptions
 from gyre_core.trajectory.format import read_rollouts
 from gyre_core.trajectory.synth import PRESETS, synth_rollouts

@@ -23,8 +23,8 @@ import pytest
 from gyre_core.config import RunConfig
 from gyre_core.events import ListSink, RoleChange, RolloutsWritten
 from gyre_core.models.shape import ModelShape
+from gyre_core.rollout.vllm_unit import check_vllm_env
 from gyre_core.runtime import run_job
-from gyre_core.runtime.vllm_unit import check_vllm_env
 from gyre_core.trajectory.format import read_rollouts
 from tests.rollout.test_vllm_engine import _require_vllm
 from tests.runtime.conftest import tiny_job
@@ -86,7 +86,7 @@ from pathlib import Path
 from safetensors.torch import load_file
 from gyre_core.rollout.engine import SamplingParams
 from gyre_core.rollout.vllm_settings import VLLMSettings
-from gyre_core.runtime.vllm_unit import VLLMUnit
+from gyre_core.rollout.vllm_unit import VLLMUnit
 
 ckpt, work = Path(sys.argv[1]), Path(sys.argv[2])
 prompts = [[(k * 31 + i * 7) % 900 + 5 for i in range(700)] for k in range(6)]

@@ -17,7 +17,7 @@ from gyre_core.sim.bound import (
     trace_bound,
 )
 from gyre_core.sim.costs import CostError, CostModel
-from gyre_core.sim.engine import Call
+from gyre_core.sim.ps_queue import Call
 from gyre_core.sim.simulator import Simulator
 from gyre_core.sim.workload import KINDS, TraceRollout, Turn, generate
 

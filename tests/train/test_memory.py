@@ -18,11 +18,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from gyre_core.config import ConfigError, RunConfig, TrainConfig
+from gyre_core.models.model import build_model, tiny_qwen3_config
 from gyre_core.models.shape import ModelShape
 from gyre_core.train import sparse_attention
 from gyre_core.train.losses import TokenBatch, combine_loss, count_fresh, fresh_mask, token_entropy
 from gyre_core.train.memory import chunked_logprobs, tree_logprobs
-from gyre_core.train.model import build_model, tiny_qwen3_config
 from gyre_core.train.sharded import ShardedTrainer, unit_mesh
 from gyre_core.train.trainer import Trainer, demo_sample
 from gyre_core.train.tree_attention import token_logprobs, tree_forward

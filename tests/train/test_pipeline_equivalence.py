@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from gyre_core.models.model import build_model, tiny_qwen3_config
 from gyre_core.models.shape import ModelShape
 from gyre_core.train import sparse_attention
-from gyre_core.train.model import build_model, tiny_qwen3_config
 from gyre_core.train.tree_attention import tree_pg_loss
 from gyre_core.trajectory.pack import pack_trees
 from gyre_core.trajectory.rewards import assign_weights

@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.gpu_check import model_config
 from benchmarks.scale_check import main
-from gyre_core.train.model import build_model
+from gyre_core.models.model import build_model
 
 
 def test_the_tiny_shape_trains_on_2_units_of_2_processes_and_reports_sane_figures(

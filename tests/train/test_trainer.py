@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from gyre_core.config import ConfigError, RunConfig, TrainConfig
+from gyre_core.models.model import build_model, tiny_qwen3_config
 from gyre_core.models.shape import ModelShape
 from gyre_core.rollout.engine import SamplingParams
 from gyre_core.rollout.torch_engine import TorchEngine
 from gyre_core.train import sparse_attention
-from gyre_core.train.model import build_model, tiny_qwen3_config
 from gyre_core.train.trainer import Trainer, TrainerOptions, shard_by_tokens
 from gyre_core.trajectory.format import Call, Rollout
 from gyre_core.trajectory.synth import PRESETS, synth_rollouts

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from torch.nn.attention.flex_attention import create_block_mask
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
+from gyre_core.models.model import build_model, tiny_qwen3_config
 from gyre_core.models.shape import ModelShape
 from gyre_core.train import sparse_attention
-from gyre_core.train.model import build_model, tiny_qwen3_config
 from gyre_core.train.tree_attention import (
     Impl,
     dense_tree_mask,

@@ -6,13 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gyre_core.config import RunConfig
+from gyre_core.config import RunConfig, run_weighting
 from gyre_core.trajectory.export import (
     export_group,
     node_at,
     node_tokens,
     path_key,
-    run_weighting,
 )
 from gyre_core.trajectory.rewards import Weighting
 from gyre_core.trajectory.synth import PRESETS, synth_rollouts

@@ -15,6 +15,7 @@ from typing import IO, Any
 from django.conf import settings
 from django.db import transaction
 
+from gyre_core.config import run_weighting
 from gyre_core.trajectory.export import (
     Decode,
     GroupExport,
@@ -22,7 +23,6 @@ from gyre_core.trajectory.export import (
     export_group,
     format_fields,
     read_rollouts,
-    run_weighting,
 )
 from gyre_core.trajectory.export import Rollout as CoreRollout
 from gyre_web.trajectories import payloads

@@ -1,7 +1,7 @@
 """Per-token detail of one tree node, read from the tree's payload file: token ids, their
 text (with the run's tokenizer, when it has one), and per token whether it was generated,
 its log-probability, the policy version that produced it and its advantage (loss weight,
-weighed as the run's trainer weighs: ``gyre_core.trajectory.export.run_weighting``).
+weighed as the run's trainer weighs: ``gyre_core.config.run_weighting``).
 
 The node is found in the payload's tree (``payloads.payload_tree``) by its path key
 (``gyre_core.trajectory.export.node_tokens``).
@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gyre_core.trajectory.export import TrajectoryFormatError, node_tokens, run_weighting
+from gyre_core.config import run_weighting
+from gyre_core.trajectory.export import TrajectoryFormatError, node_tokens
 from gyre_web.runs.models import Run
 from gyre_web.trajectories.models import Tree, TreeNode
 from gyre_web.trajectories.payloads import load_tokenizer, payload_tree, tokenizer_path

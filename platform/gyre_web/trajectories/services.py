@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db import transaction
 
+from gyre_core.config import run_weighting
 from gyre_core.trajectory.export import (
     MAX_DEPTH,
     Decode,
@@ -18,7 +19,6 @@ from gyre_core.trajectory.export import (
     export_group,
     path_key,
     read_rollouts,
-    run_weighting,
 )
 from gyre_core.trajectory.export import Rollout as CoreRollout
 from gyre_web.runs.models import Run
