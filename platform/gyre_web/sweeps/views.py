@@ -16,7 +16,7 @@ from rest_framework.response import Response
 
 from gyre_web.access import require_role, share_link_of
 from gyre_web.openapi import ERROR
-from gyre_web.runs.services import ConfigInvalid
+from gyre_web.runs.config_policy import ConfigInvalid
 from gyre_web.sweeps import selectors, services
 from gyre_web.sweeps.models import Sweep
 from gyre_web.sweeps.serializers import (
