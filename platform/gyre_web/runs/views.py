@@ -23,7 +23,8 @@ from rest_framework.parsers import FileUploadParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from gyre_web.access import require_role, share_link_of
+from gyre_web import policy
+from gyre_web.access import share_link_of
 from gyre_web.cluster import selectors as cluster_selectors
 from gyre_web.openapi import ERROR
 from gyre_web.runs import checkpoints, reporting, selectors, services
@@ -47,7 +48,6 @@ from gyre_web.runs.serializers import (
     RunListSerializer,
     RunSerializer,
 )
-from gyre_web.teams.models import Role
 
 _KIND = re.compile(r"[a-z0-9_]{1,32}")
 
@@ -123,17 +123,17 @@ class ExperimentViewSet(viewsets.ModelViewSet):
         return selectors.experiments_visible(self.request.user, share_link_of(self.request))
 
     def perform_create(self, serializer: Any) -> None:
-        require_role(self.request, serializer.validated_data["team"].pk)
+        policy.require(self.request, serializer.validated_data["team"].pk)
         serializer.save(created_by=self.request.user)
 
     def perform_update(self, serializer: Any) -> None:
-        require_role(self.request, serializer.instance.team_id)
+        policy.require(self.request, serializer.instance.team_id)
         if "team" in serializer.validated_data:
-            require_role(self.request, serializer.validated_data["team"].pk)
+            policy.require(self.request, serializer.validated_data["team"].pk)
         serializer.save()
 
     def perform_destroy(self, instance: Experiment) -> None:
-        require_role(self.request, instance.team_id)
+        policy.require(self.request, instance.team_id)
         instance.delete()
 
 
@@ -170,7 +170,7 @@ class RunViewSet(
         ser = RunSerializer(data=request.data, context={"request": request})
         ser.is_valid(raise_exception=True)
         experiment = ser.validated_data["experiment"]
-        require_role(request, experiment.team_id)
+        policy.require(request, experiment.team_id)
         try:
             run = make(
                 experiment=experiment,
@@ -202,7 +202,7 @@ class RunViewSet(
         again stores nothing twice; one that skips ahead is refused (409) with the number
         expected. The answer carries any stop asked from the web."""
         run = self.get_object()
-        require_role(request, run.experiment.team_id)
+        policy.require(request, run.experiment.team_id)
         ser = ReportBatchSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         try:
@@ -221,14 +221,14 @@ class RunViewSet(
         return super().destroy(request, *args, **kwargs)
 
     def perform_destroy(self, instance: Run) -> None:
-        require_role(self.request, instance.experiment.team_id)
+        policy.require(self.request, instance.experiment.team_id)
         if instance.status in ("queued", "starting", "running"):
             raise ValidationError({"status": "cancel the run before deleting it"})
         instance.delete()
 
     def _act(self, request: Request, fn: Any, **kwargs: Any) -> Response:
         run = self.get_object()
-        require_role(request, run.experiment.team_id)
+        policy.require(request, run.experiment.team_id)
         try:
             result = fn(run=run, **kwargs)
         except services.IllegalTransition as err:
@@ -256,7 +256,7 @@ class RunViewSet(
     @action(detail=True, methods=["post"], serializer_class=ForkSerializer)
     def fork(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
-        require_role(request, run.experiment.team_id)
+        policy.require(request, run.experiment.team_id)
         ser = ForkSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         try:
@@ -289,7 +289,7 @@ class RunViewSet(
         from gyre_web.trajectories.imports import ImportRejected, import_trajectories
 
         run = self.get_object()
-        require_role(request, run.experiment.team_id)
+        policy.require(request, run.experiment.team_id)
         upload = request.data.get("file")
         if not isinstance(upload, UploadedFile):  # absent, or a plain form field
             raise ValidationError({"file": "attach a gyre.trajectory/v1 JSONL file"})
@@ -324,7 +324,7 @@ class RunViewSet(
         """One checkpoint's folder as a tar, for the members of the run's team (every
         role; a share link reads the list, not the weights)."""
         run = self.get_object()
-        require_role(request, run.experiment.team_id, frozenset(Role))
+        policy.require(request, run.experiment.team_id)
         path = checkpoints.find(run, int(version))
         if path is None:
             raise Http404(f"run {run.pk} has no checkpoint of version {version}")
