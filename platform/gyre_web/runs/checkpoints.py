@@ -12,8 +12,8 @@ from typing import Any
 from django.http import StreamingHttpResponse
 
 from gyre_core.train.checkpoint_dirs import STATE_FILE, checkpoints
-from gyre_web.runs.lifecycle import run_dir
 from gyre_web.runs.models import BenchmarkScore, CheckpointExport, Run
+from gyre_web.runs.paths import run_dir
 
 CHUNK = 1 << 20
 

@@ -14,6 +14,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from gyre_web.realtime.groups import group_name
 from gyre_web.runs import rollups
 from gyre_web.runs.models import BenchmarkScore, MetricPoint, MetricRollup, Run, RunEvent
 from gyre_web.wake import wake
@@ -37,8 +38,6 @@ def wake_subscribers(run_id: int, last_seq: int) -> None:
 def wake_run(*, run_id: int, message: dict[str, Any]) -> None:
     """Wake the run's websocket group (sent after a commit; subscribers read the table
     after their cursor, and also poll it)."""
-    from gyre_web.realtime.groups import group_name
-
     wake(group_name(run_id), message)
 
 

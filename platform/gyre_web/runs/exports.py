@@ -16,14 +16,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from gyre_web import queue
-from gyre_web.runs.lifecycle import run_dir
 from gyre_web.runs.models import CheckpointExport, ExportStatus, Run
+from gyre_web.runs.paths import export_dir
 
 TASK = "workers.tasks.export_checkpoint"
-
-
-def export_dir(run_id: int, version: int) -> Path:
-    return run_dir(run_id) / "exports" / f"hf-step-{version:08d}"
 
 
 def request_export(*, run: Run, version: int, created_by: Any = None) -> CheckpointExport:

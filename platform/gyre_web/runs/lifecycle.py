@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -20,6 +19,7 @@ from gyre_web.runs.eventlog import emit_status
 from gyre_web.runs.experiments import validate_config
 from gyre_web.runs.launch import queue_launch
 from gyre_web.runs.models import ACTIVE, TRANSITIONS, Run, RunEvent, Source, Status
+from gyre_web.runs.paths import run_dir
 
 log = logging.getLogger(__name__)
 WORKING = (Status.STARTING, Status.RUNNING)  # a worker holds the run (and heartbeats)
@@ -139,10 +139,6 @@ def heartbeat_launch(*, run_id: int, task_id: str) -> bool:
             heartbeat_at=timezone.now()
         )
     )
-
-
-def run_dir(run_id: int) -> Path:
-    return Path(settings.GYRE_RUNS_DIR) / str(run_id)
 
 
 def can_resume(run: Run) -> bool:

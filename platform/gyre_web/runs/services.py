@@ -41,10 +41,10 @@ from gyre_web.runs.lifecycle import (
     reap_stale_runs,
     request_stop,
     resume_run,
-    run_dir,
     transition,
 )
 from gyre_web.runs.logs import append_log_lines, level_name
+from gyre_web.runs.paths import run_dir
 
 __all__ = [
     "WORKING",

@@ -26,6 +26,7 @@ from rest_framework.response import Response
 from gyre_web import policy
 from gyre_web.access import share_link_of
 from gyre_web.cluster import selectors as cluster_selectors
+from gyre_web.inputs import int_param
 from gyre_web.openapi import ERROR
 from gyre_web.runs import checkpoints, reporting, selectors, services
 from gyre_web.runs.export_views import CheckpointExportMixin
@@ -50,19 +51,6 @@ from gyre_web.runs.serializers import (
 )
 
 _KIND = re.compile(r"[a-z0-9_]{1,32}")
-
-
-def _int_param(request: Request, name: str, default: int, lo: int, hi: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValidationError({name: f"must be an integer, got {raw!r}"}) from None
-    if not lo <= value <= hi:
-        raise ValidationError({name: f"must be between {lo} and {hi}"})
-    return value
 
 
 def _float_param(request: Request, name: str) -> float | None:
@@ -342,8 +330,8 @@ class RunViewSet(
     def events(self, request: Request, pk: str | None = None) -> Response:
         """?after=SEQ&limit=N the events after a cursor; ?kind=a,b only those kinds."""
         run = self.get_object()
-        after = _int_param(request, "after", 0, 0, 2**62)
-        limit = _int_param(request, "limit", 1000, 1, 10000)
+        after = int_param(request, "after", 0, 0, 2**62)
+        limit = int_param(request, "limit", 1000, 1, 10000)
         kinds = [k for k in request.query_params.get("kind", "").split(",") if k]
         if any(not _KIND.fullmatch(k) for k in kinds):
             raise ValidationError({"kind": "comma-separated event kinds (a-z, 0-9, _)"})
@@ -367,7 +355,7 @@ class RunViewSet(
         t0, t1 = _float_param(request, "t0"), _float_param(request, "t1")
         if t0 is not None and t1 is not None and t1 < t0:
             raise ValidationError({"t1": "must not be before t0"})
-        limit = _int_param(request, "limit", 20000, 1, 100000)
+        limit = int_param(request, "limit", 20000, 1, 100000)
         return Response(cluster_selectors.role_intervals(run_id=run.pk, t0=t0, t1=t1, limit=limit))
 
     @extend_schema(responses=MetricSeriesSerializer, parameters=[_NAMES, _POINTS])
@@ -404,7 +392,7 @@ class RunViewSet(
         return self._metrics(request, visible)
 
     def _metrics(self, request: Request, run_ids: list[int]) -> Response:
-        points = _int_param(request, "points", 500, 1, 10000)
+        points = int_param(request, "points", 500, 1, 10000)
         names = [n for n in request.query_params.get("names", "").split(",") if n]
         names = names or selectors.metric_names(run_ids=run_ids)
         return Response(selectors.metric_series(run_ids=run_ids, names=names, points=points))
