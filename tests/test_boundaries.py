@@ -33,7 +33,7 @@ SURFACE = {
 # one from here once nothing needs it.
 PLATFORM_EXCEPTIONS = {
     # the bounded, strict JSON reader the core's logs use: request bodies and socket frames
-    "gyre_core.jsonl": "inputs.py and runs/consumers.py parse untrusted JSON with it",
+    "gyre_core.jsonl": "inputs.py and realtime/consumers.py parse untrusted JSON with it",
     # torch-free: which folders of a run are complete checkpoints
     "gyre_core.train.checkpoint_dirs": "runs/checkpoints.py lists and streams a run's checkpoints",
 }
@@ -41,10 +41,6 @@ WORKER_EXCEPTIONS = {
     # a module of its own so that importing the entry point does not import Ray
     "gyre_core.runtime.inventory": "tasks.py syncs Ray's nodes and GPUs into the cluster page",
 }
-# The platform sends Celery tasks by name through the app (DESIGN.md: platform -> workers,
-# dispatch only); nothing else of the workers.
-# issue 42 item 2 removes this last one (the platform's own queue client).
-DISPATCH = {("platform/gyre_web/runs/services.py", "workers.celery_app")}
 # Import circles between gyre_core's packages (its folders and top-level modules) still
 # allowed, each a sorted pair of packages that import each other.
 KNOWN_CIRCLES = {
@@ -107,9 +103,8 @@ def platform_violations(root: Path = ROOT) -> list[str]:
     for rel, module, path in sources(root, "platform/gyre_web"):
         for line, name in imports(path, module, known):
             top = name.split(".")[0]
-            if (top == "gyre_core" and name not in allowed) or (
-                top == "workers" and (rel, name) not in DISPATCH
-            ):
+            # Celery tasks go out by name through gyre_web.queue: nothing of the workers.
+            if (top == "gyre_core" and name not in allowed) or top == "workers":
                 out.append(f"{rel}:{line} imports {name}")
     return out
 
@@ -182,7 +177,6 @@ def test_every_listed_module_exists_and_every_exception_is_still_needed():
     platform, workers = imported("platform/gyre_web"), imported("workers")
     assert not PLATFORM_EXCEPTIONS.keys() - {name for _, name in platform}, "no longer used"
     assert not WORKER_EXCEPTIONS.keys() - {name for _, name in workers}, "no longer used"
-    assert not DISPATCH - platform, "no longer used"
 
 
 def test_a_crossing_is_named_by_file_line_and_import(tmp_path):

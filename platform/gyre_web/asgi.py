@@ -14,7 +14,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import path  # noqa: E402
 
-from gyre_web.runs.consumers import RunEventsConsumer  # noqa: E402
+from gyre_web.realtime.consumers import RunEventsConsumer  # noqa: E402
 from gyre_web.ws_auth import WebsocketAuthMiddleware  # noqa: E402
 
 websocket_urls = [path("ws/", RunEventsConsumer.as_asgi())]

@@ -1,5 +1,6 @@
 """The API's edge for hostile input: a bounded JSON parser (DRF's default), one refusal of
-NUL in any query parameter, and JSON answers for the errors Django itself raises under
+NUL in any query parameter, integer query parameters read within bounds
+(``int_param``), and JSON answers for the errors Django itself raises under
 ``/api/`` (a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``, an unknown path, a server error:
 never an HTML page, never a traceback)."""
 
@@ -11,7 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
-from rest_framework.exceptions import ParseError
+from rest_framework.exceptions import ParseError, ValidationError
 from rest_framework.parsers import JSONParser
 
 from gyre_core.jsonl import JsonBoundsError, find_non_finite, loads
@@ -38,6 +39,21 @@ class BoundedJSONParser(JSONParser):
         if where is not None:
             raise ParseError({where: "expected a finite number (JSON like 1e400 overflows)"})
         return data
+
+
+def int_param(request: Any, name: str, default: int, lo: int, hi: int) -> int:
+    """Query parameter ``name`` as an integer in [lo, hi] (``default`` when absent); a
+    bad one is a 400 naming it."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValidationError({name: f"must be an integer, got {raw!r}"}) from None
+    if not lo <= value <= hi:
+        raise ValidationError({name: f"must be between {lo} and {hi}"})
+    return value
 
 
 def _is_api(request: HttpRequest) -> bool:

@@ -1,10 +1,12 @@
 """The permission matrix: every operation of the OpenAPI schema x every kind of caller,
-checked against a declared policy (not against what the code happens to do).
+checked against the policy declared in ``gyre_web.policy`` (not against what the code
+happens to do; the views check roles by that same table).
 
-Each operation has an entry in ``OPS`` (the test fails for an operation without one, so a
-new endpoint must declare who may call it); the entry names the policy kind, what it
-needs (a body, a query, a fresh object for a call that consumes its target) and whether
-a share link may read it. ``ALLOWED`` says which principals each kind admits; a denied
+Every route of the API must have a policy entry (a new view without one fails here), and
+every operation of the schema an entry in ``OPS``: how to call it (a body, a query, a
+fresh object for a call that consumes its target). Who may call it is the policy's
+``Rule``: its kind and whether a share link reads it. ``ALLOWED`` says which principals
+each kind admits (the team kinds by ``policy.TEAM_ROLES``); a denied
 principal gets the status ``_denied`` gives (401 without valid credentials, 403 for a
 share link or a role too low (404 for a share link where the endpoint does not exist for
 it: ``share_denied``, the datasets), 404 for an object outside the caller's teams, 400 naming
@@ -29,8 +31,10 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connections
+from django.urls import URLResolver, get_resolver, resolve
 from django.utils import timezone
 from drf_spectacular.generators import SchemaGenerator
+from gyre_web import policy
 from gyre_web.alerts.services import create_webhook
 from gyre_web.asgi import application
 from gyre_web.cluster.services import register_gpu
@@ -55,10 +59,8 @@ SIGNED_IN = frozenset({"outsider", "staff", *ROLES})
 ALLOWED = {  # policy kind -> who may
     "anyone": frozenset({"anonymous", "share", *SIGNED_IN}),  # refused credentials: 401
     "signed_in": SIGNED_IN,  # any signed-in user (lists filter to what they may see)
-    "read": frozenset(ROLES),  # an object of the team: every role reads
-    "write": frozenset({"owner", "admin", "member"}),
-    "manage": frozenset({"owner", "admin"}),
-    "owner": frozenset({"owner"}),
+    # an object of the team, by role (the test principals are named after their roles)
+    **{kind: frozenset(str(r) for r in roles) for kind, roles in policy.TEAM_ROLES.items()},
     "self": frozenset({"member"}),  # the caller's own object (here the member's token)
     "staff": frozenset({"staff"}),  # site administrators (the GPU inventory)
     "session": frozenset(),  # a signed-in session only: every principal here holds a token
@@ -66,9 +68,7 @@ ALLOWED = {  # policy kind -> who may
 
 
 @dataclass
-class Op:
-    kind: str
-    shared: bool = False  # a share link to the run's experiment reads it
+class Op:  # how the test calls an operation (who may call it: gyre_web.policy)
     body: Callable[[dict[str, Any], str], Any] | None = None
     query: str = ""
     fresh: Callable[[dict[str, Any], str], dict[str, Any]] | None = None  # path ids per call
@@ -213,82 +213,80 @@ def _fork(w: dict[str, Any], who: str) -> dict[str, Any]:
 
 
 OPS: dict[tuple[str, str], Op] = {
-    ("GET", "/api/auth/session/"): Op("anyone"),
-    ("GET", "/api/config/presets/"): Op("signed_in"),
-    ("GET", "/api/config/schema/"): Op("signed_in"),
-    ("GET", "/api/datasets/"): Op("signed_in", share_denied=404),
-    ("POST", "/api/datasets/"): Op(
-        "write", body=_dataset, ref="team", multipart=True, share_denied=404
-    ),
-    ("GET", "/api/datasets/{id}/"): Op("read", share_denied=404),
-    ("DELETE", "/api/datasets/{id}/"): Op("write", fresh=_fresh_dataset, share_denied=404),
-    ("GET", "/api/experiments/"): Op("signed_in", shared=True),
-    ("POST", "/api/experiments/"): Op("write", body=_experiment, ref="team"),
-    ("GET", "/api/experiments/{id}/"): Op("read", shared=True),
-    ("PUT", "/api/experiments/{id}/"): Op("write", body=_renamed),
-    ("PATCH", "/api/experiments/{id}/"): Op("write", body=_name),
-    ("DELETE", "/api/experiments/{id}/"): Op("write", fresh=_fresh_experiment),
-    ("GET", "/api/gpus/"): Op("signed_in"),
-    ("POST", "/api/gpus/"): Op("staff", body=_gpu),
-    ("GET", "/api/gpus/{id}/"): Op("signed_in"),
-    ("PUT", "/api/gpus/{id}/"): Op("staff", body=_same_gpu),
-    ("PATCH", "/api/gpus/{id}/"): Op("staff", body=_name),
-    ("DELETE", "/api/gpus/{id}/"): Op("staff", fresh=_fresh_gpu),
-    ("GET", "/api/rollouts/"): Op("signed_in", shared=True),
-    ("GET", "/api/rollouts/{id}/"): Op("read", shared=True),
-    ("GET", "/api/runs/"): Op("signed_in", shared=True),
-    ("POST", "/api/runs/"): Op("write", body=_run, ref="experiment"),
-    ("GET", "/api/runs/{id}/"): Op("read", shared=True),
-    ("DELETE", "/api/runs/{id}/"): Op("write", fresh=_finished_run),
-    ("POST", "/api/runs/{id}/cancel/"): Op("write", fresh=_fresh_run),
-    ("POST", "/api/runs/{id}/pause/"): Op("write", fresh=_fresh_run),
-    ("POST", "/api/runs/{id}/resume/"): Op("write", fresh=_cancelled_run),
-    ("POST", "/api/runs/{id}/fork/"): Op("write", body=_fork),
-    ("POST", "/api/runs/{id}/import/"): Op("write", fresh=_fresh_run, body=_upload, multipart=True),
-    ("POST", "/api/runs/report/"): Op("write", body=_run, ref="experiment"),
-    ("POST", "/api/runs/{id}/report-events/"): Op("write", fresh=_reported_run, body=_batch),
-    ("GET", "/api/runs/{id}/events/"): Op("read", shared=True),
-    ("GET", "/api/runs/{id}/checkpoints/"): Op("read", shared=True),
-    ("GET", "/api/runs/{id}/logs/"): Op("read", shared=True),
-    ("GET", "/api/runs/{id}/checkpoints/{version}/download/"): Op("read"),
-    ("POST", "/api/runs/{id}/checkpoints/{version}/export/"): Op("write"),
-    ("GET", "/api/runs/{id}/checkpoints/{version}/export/"): Op("read"),
-    ("GET", "/api/runs/{id}/checkpoints/{version}/export/download/"): Op("read"),
-    ("GET", "/api/runs/{id}/metrics/"): Op("read", shared=True),
-    ("GET", "/api/runs/{id}/roles/"): Op("read", shared=True),
-    ("GET", "/api/runs/metrics/"): Op("read", shared=True, query="runs={run}"),
-    ("GET", "/api/share-links/"): Op("signed_in"),
-    ("POST", "/api/share-links/"): Op("write", body=lambda w, who: {"run": w["run"].pk}, ref="run"),
-    ("GET", "/api/share-links/{id}/"): Op("read"),
-    ("DELETE", "/api/share-links/{id}/"): Op("write", fresh=_fresh_link),
-    ("GET", "/api/sweeps/"): Op("signed_in", shared=True),
-    ("POST", "/api/sweeps/"): Op("write", body=_sweep, ref="experiment"),
-    ("GET", "/api/sweeps/{id}/"): Op("read", shared=True),
-    ("POST", "/api/sweeps/{id}/cancel/"): Op("write", fresh=_fresh_sweep),
-    ("GET", "/api/teams/"): Op("signed_in"),
-    ("POST", "/api/teams/"): Op("signed_in", body=_name),
-    ("GET", "/api/teams/{id}/"): Op("read"),
-    ("PUT", "/api/teams/{id}/"): Op("manage", body=lambda w, who: {"name": "Lab", "slug": "lab"}),
-    ("PATCH", "/api/teams/{id}/"): Op("manage", body=_name),
-    ("DELETE", "/api/teams/{id}/"): Op("owner", fresh=_fresh_team),
-    ("GET", "/api/teams/{id}/members/"): Op("read"),
-    ("POST", "/api/teams/{id}/members/"): Op("manage", body=_joiner),
-    ("DELETE", "/api/teams/{id}/members/{username}/"): Op("manage", fresh=_fresh_victim),
-    ("GET", "/api/tokens/"): Op("signed_in"),
-    ("POST", "/api/tokens/"): Op("session", body=_name),  # a token cannot mint tokens
-    ("GET", "/api/tokens/{id}/"): Op("self"),
-    ("DELETE", "/api/tokens/{id}/"): Op("self", fresh=_fresh_token),
-    ("GET", "/api/trees/"): Op("signed_in", shared=True),
-    ("GET", "/api/trees/{id}/"): Op("read", shared=True),
-    ("GET", "/api/trees/{id}/nodes/"): Op("read", shared=True),
-    ("GET", "/api/trees/{id}/nodes/{node_id}/tokens/"): Op("read", shared=True),
-    ("GET", "/api/trees/{id}/path/{node_id}/"): Op("read", shared=True),
-    ("GET", "/api/trees/{id}/search/"): Op("read", shared=True, query="q=root"),
-    ("GET", "/api/webhooks/"): Op("signed_in"),
-    ("POST", "/api/webhooks/"): Op("manage", body=_webhook, ref="team"),
-    ("GET", "/api/webhooks/{id}/"): Op("read"),
-    ("DELETE", "/api/webhooks/{id}/"): Op("manage", fresh=_fresh_webhook),
-    ("GET", "/api/webhooks/{id}/deliveries/"): Op("read"),
+    ("GET", "/api/auth/session/"): Op(),
+    ("GET", "/api/config/presets/"): Op(),
+    ("GET", "/api/config/schema/"): Op(),
+    ("GET", "/api/datasets/"): Op(share_denied=404),
+    ("POST", "/api/datasets/"): Op(body=_dataset, ref="team", multipart=True, share_denied=404),
+    ("GET", "/api/datasets/{id}/"): Op(share_denied=404),
+    ("DELETE", "/api/datasets/{id}/"): Op(fresh=_fresh_dataset, share_denied=404),
+    ("GET", "/api/experiments/"): Op(),
+    ("POST", "/api/experiments/"): Op(body=_experiment, ref="team"),
+    ("GET", "/api/experiments/{id}/"): Op(),
+    ("PUT", "/api/experiments/{id}/"): Op(body=_renamed),
+    ("PATCH", "/api/experiments/{id}/"): Op(body=_name),
+    ("DELETE", "/api/experiments/{id}/"): Op(fresh=_fresh_experiment),
+    ("GET", "/api/gpus/"): Op(),
+    ("POST", "/api/gpus/"): Op(body=_gpu),
+    ("GET", "/api/gpus/{id}/"): Op(),
+    ("PUT", "/api/gpus/{id}/"): Op(body=_same_gpu),
+    ("PATCH", "/api/gpus/{id}/"): Op(body=_name),
+    ("DELETE", "/api/gpus/{id}/"): Op(fresh=_fresh_gpu),
+    ("GET", "/api/rollouts/"): Op(),
+    ("GET", "/api/rollouts/{id}/"): Op(),
+    ("GET", "/api/runs/"): Op(),
+    ("POST", "/api/runs/"): Op(body=_run, ref="experiment"),
+    ("GET", "/api/runs/{id}/"): Op(),
+    ("DELETE", "/api/runs/{id}/"): Op(fresh=_finished_run),
+    ("POST", "/api/runs/{id}/cancel/"): Op(fresh=_fresh_run),
+    ("POST", "/api/runs/{id}/pause/"): Op(fresh=_fresh_run),
+    ("POST", "/api/runs/{id}/resume/"): Op(fresh=_cancelled_run),
+    ("POST", "/api/runs/{id}/fork/"): Op(body=_fork),
+    ("POST", "/api/runs/{id}/import/"): Op(fresh=_fresh_run, body=_upload, multipart=True),
+    ("POST", "/api/runs/report/"): Op(body=_run, ref="experiment"),
+    ("POST", "/api/runs/{id}/report-events/"): Op(fresh=_reported_run, body=_batch),
+    ("GET", "/api/runs/{id}/events/"): Op(),
+    ("GET", "/api/runs/{id}/checkpoints/"): Op(),
+    ("GET", "/api/runs/{id}/logs/"): Op(),
+    ("GET", "/api/runs/{id}/checkpoints/{version}/download/"): Op(),
+    ("POST", "/api/runs/{id}/checkpoints/{version}/export/"): Op(),
+    ("GET", "/api/runs/{id}/checkpoints/{version}/export/"): Op(),
+    ("GET", "/api/runs/{id}/checkpoints/{version}/export/download/"): Op(),
+    ("GET", "/api/runs/{id}/metrics/"): Op(),
+    ("GET", "/api/runs/{id}/roles/"): Op(),
+    ("GET", "/api/runs/metrics/"): Op(query="runs={run}"),
+    ("GET", "/api/share-links/"): Op(),
+    ("POST", "/api/share-links/"): Op(body=lambda w, who: {"run": w["run"].pk}, ref="run"),
+    ("GET", "/api/share-links/{id}/"): Op(),
+    ("DELETE", "/api/share-links/{id}/"): Op(fresh=_fresh_link),
+    ("GET", "/api/sweeps/"): Op(),
+    ("POST", "/api/sweeps/"): Op(body=_sweep, ref="experiment"),
+    ("GET", "/api/sweeps/{id}/"): Op(),
+    ("POST", "/api/sweeps/{id}/cancel/"): Op(fresh=_fresh_sweep),
+    ("GET", "/api/teams/"): Op(),
+    ("POST", "/api/teams/"): Op(body=_name),
+    ("GET", "/api/teams/{id}/"): Op(),
+    ("PUT", "/api/teams/{id}/"): Op(body=lambda w, who: {"name": "Lab", "slug": "lab"}),
+    ("PATCH", "/api/teams/{id}/"): Op(body=_name),
+    ("DELETE", "/api/teams/{id}/"): Op(fresh=_fresh_team),
+    ("GET", "/api/teams/{id}/members/"): Op(),
+    ("POST", "/api/teams/{id}/members/"): Op(body=_joiner),
+    ("DELETE", "/api/teams/{id}/members/{username}/"): Op(fresh=_fresh_victim),
+    ("GET", "/api/tokens/"): Op(),
+    ("POST", "/api/tokens/"): Op(body=_name),
+    ("GET", "/api/tokens/{id}/"): Op(),
+    ("DELETE", "/api/tokens/{id}/"): Op(fresh=_fresh_token),
+    ("GET", "/api/trees/"): Op(),
+    ("GET", "/api/trees/{id}/"): Op(),
+    ("GET", "/api/trees/{id}/nodes/"): Op(),
+    ("GET", "/api/trees/{id}/nodes/{node_id}/tokens/"): Op(),
+    ("GET", "/api/trees/{id}/path/{node_id}/"): Op(),
+    ("GET", "/api/trees/{id}/search/"): Op(query="q=root"),
+    ("GET", "/api/webhooks/"): Op(),
+    ("POST", "/api/webhooks/"): Op(body=_webhook, ref="team"),
+    ("GET", "/api/webhooks/{id}/"): Op(),
+    ("DELETE", "/api/webhooks/{id}/"): Op(fresh=_fresh_webhook),
+    ("GET", "/api/webhooks/{id}/deliveries/"): Op(),
 }
 
 
@@ -298,26 +296,32 @@ def _schema_operations() -> list[tuple[str, str]]:
     return [(m.upper(), p) for p, ops in schema["paths"].items() for m in ops if m in methods]
 
 
-def _denied(op: Op, who: str) -> set[int]:
-    """The statuses the policy gives a principal that ``op`` does not admit."""
+def _denied(rule: policy.Rule, op: Op, who: str) -> set[int]:
+    """The statuses the policy gives a principal that ``rule`` does not admit."""
     if who == "anonymous" or who in LAPSED:
         return {401}  # no valid credentials
     if who == "share":
         return {op.share_denied}  # a share link reads its scope and nothing else
-    team_object = op.kind in ("read", "write", "manage", "owner", "self")
+    team_object = rule.kind in (*policy.TEAM_ROLES, "self")
     if who in ("outsider", "staff") and team_object:
         if op.ref:
             return {400}  # the body names an object that does not exist for them
         return {404}  # an object outside the caller's teams does not exist for them
-    if op.kind == "self":
+    if rule.kind == "self":
         return {404}  # another user's token does not exist for them
-    if op.kind == "session":
+    if rule.kind == "session":
         return {403}  # signed in with a token, not a session
     return {403}  # a role too low, or not staff
 
 
-def _admits(op: Op, who: str) -> bool:
-    return who in ALLOWED[op.kind] or (who == "share" and op.shared)
+def _admits(rule: policy.Rule, who: str) -> bool:
+    return who in ALLOWED[rule.kind] or (who == "share" and rule.shared)
+
+
+def _rule(method: str, template: str) -> policy.Rule:
+    """The declared rule of a schema operation, found by the route its path resolves to."""
+    path = template.format(id=1, node_id=1, version=1, username="someone")
+    return policy.POLICY[(method, resolve(path).url_name)]
 
 
 @pytest.fixture
@@ -440,14 +444,14 @@ def test_every_operation_as_every_principal(world):
     wrong = []
     started = time.monotonic()
     for method, template in operations:
-        op = OPS[(method, template)]
+        op, rule = OPS[(method, template)], _rule(method, template)
         for who in PRINCIPALS:
             resp = _call(world, method, template, op, who)
             status = resp.status_code
-            if _admits(op, who):
+            if _admits(rule, who):
                 ok = 200 <= status < 300
             else:
-                ok = status in _denied(op, who)
+                ok = status in _denied(rule, op, who)
                 if ok and status == 400:
                     ok = op.ref in resp.json()  # the refused reference is named
             if not ok or status >= 500:
@@ -458,6 +462,49 @@ def test_every_operation_as_every_principal(world):
         f" = {cells} calls in {time.monotonic() - started:.1f} s"
     )
     assert not wrong, "\n".join(map(str, wrong))
+
+
+def _api_routes() -> set[tuple[str, str]]:
+    """(method, route name) of every DRF view under ``/api/`` (the browsable API's login
+    pages are Django's own forms, not the API)."""
+
+    def walk(patterns: list[Any], prefix: str) -> Any:
+        for p in patterns:
+            if isinstance(p, URLResolver):
+                yield from walk(p.url_patterns, prefix + str(p.pattern))
+            else:
+                yield prefix + str(p.pattern), p
+
+    routes, methods = set(), ("get", "post", "put", "patch", "delete")  # HEAD reads as GET
+    for route, pattern in walk(get_resolver().url_patterns, ""):
+        cls = getattr(pattern.callback, "cls", None)
+        if route.startswith("api/") and cls is not None:
+            actions = getattr(pattern.callback, "actions", None) or {m: m for m in methods}
+            served = [m for m in methods if m in actions and hasattr(cls, actions[m])]
+            routes |= {(m.upper(), pattern.name) for m in served}
+    return routes
+
+
+def _undeclared(routes: set[tuple[str, str]], declared: Any) -> list[tuple[str, str]]:
+    return sorted(routes - set(declared))
+
+
+def test_every_route_of_the_api_has_a_declared_policy(world):
+    routes = _api_routes()
+    assert len(routes) >= len(_schema_operations())  # the walk sees every operation
+    missing = _undeclared(routes, policy.POLICY)
+    assert not missing, f"declare who may call these in gyre_web.policy.POLICY: {missing}"
+    assert not set(policy.POLICY) - routes, "POLICY names routes the API lacks"
+    # a view added without an entry is caught (here: an entry taken away)
+    less = {k: v for k, v in policy.POLICY.items() if k != ("POST", "run-cancel")}
+    assert _undeclared(routes, less) == [("POST", "run-cancel")]
+    # the routes outside the schema (its own pages, the API root) hold their rules too
+    for name, path in (("api-root", "/api/"), ("schema", "/api/schema/"), ("docs", "/api/docs/")):
+        kind = policy.POLICY[("GET", name)].kind
+        assert kind in ("anyone", "signed_in"), name
+        anonymous = world["clients"]["anonymous"].get(path).status_code
+        assert anonymous == (200 if kind == "anyone" else 401), (name, anonymous)
+        assert world["clients"]["viewer"].get(path).status_code == 200, name
 
 
 def test_a_share_link_reads_only_its_experiment(world, people, sim_config):

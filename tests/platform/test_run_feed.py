@@ -7,7 +7,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from gyre_web.asgi import application
-from gyre_web.runs import consumers, services
+from gyre_web.realtime import consumers
+from gyre_web.runs import services
 from gyre_web.teams import services as teams
 
 from gyre_core.events import RolloutStarted

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 from asgiref.sync import sync_to_async
-from gyre_web.runs import consumers, services
+from gyre_web.realtime import consumers
+from gyre_web.runs import services
 from gyre_web.runs.models import RunEvent
 from gyre_web.teams import services as teams
 

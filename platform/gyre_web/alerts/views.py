@@ -12,7 +12,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from gyre_web.access import require_manager
+from gyre_web import policy
 from gyre_web.alerts import net, selectors, services
 from gyre_web.alerts.models import Webhook
 from gyre_web.alerts.serializers import DeliverySerializer, WebhookSerializer
@@ -35,7 +35,7 @@ class WebhookViewSet(
         ser = WebhookSerializer(data=request.data, context={"request": request})
         ser.is_valid(raise_exception=True)
         team = ser.validated_data["team"]
-        require_manager(request, team.pk)
+        policy.require(request, team.pk)
         try:
             hook = services.create_webhook(
                 team=team,
@@ -53,7 +53,7 @@ class WebhookViewSet(
         return super().destroy(request, *args, **kwargs)
 
     def perform_destroy(self, instance: Webhook) -> None:
-        require_manager(self.request, instance.team_id)
+        policy.require(self.request, instance.team_id)
         instance.delete()
 
     @extend_schema(responses=DeliverySerializer(many=True))

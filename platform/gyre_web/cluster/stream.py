@@ -91,7 +91,7 @@ class ClusterStream:
         while True:
             wake.clear()
             events = await _events(after)
-            if events and not await self.consumer.may_send(None):  # (runs/consumers.py)
+            if events and not await self.consumer.may_send(None):  # (realtime/consumers.py)
                 events = []  # the consumer's guard closes the socket meanwhile
             elif events:
                 await self.consumer.send_json(

@@ -17,7 +17,8 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from gyre_web.access import MemberOrShareLinkReadOnly, require_role, share_link_of
+from gyre_web import policy
+from gyre_web.access import MemberOrShareLinkReadOnly, share_link_of
 from gyre_web.datasets import selectors, services
 from gyre_web.datasets.models import Dataset, Kind
 from gyre_web.datasets.serializers import DatasetSerializer, DatasetUploadSerializer
@@ -76,7 +77,7 @@ class DatasetViewSet(
         ser = DatasetUploadSerializer(data=request.data, context={"request": request})
         ser.is_valid(raise_exception=True)
         team = ser.validated_data["team"]
-        require_role(request, team.pk)
+        policy.require(request, team.pk)
         try:
             row = services.create_dataset(
                 team=team,
@@ -95,5 +96,5 @@ class DatasetViewSet(
         return super().destroy(request, *args, **kwargs)
 
     def perform_destroy(self, instance: Dataset) -> None:
-        require_role(self.request, instance.team_id)
+        policy.require(self.request, instance.team_id)
         services.delete_dataset(dataset=instance)

@@ -13,7 +13,7 @@ from django.http import StreamingHttpResponse
 
 from gyre_core.train.checkpoint_dirs import STATE_FILE, checkpoints
 from gyre_web.runs.models import BenchmarkScore, CheckpointExport, Run
-from gyre_web.runs.services import run_dir
+from gyre_web.runs.paths import run_dir
 
 CHUNK = 1 << 20
 

@@ -186,7 +186,7 @@ def _dataset(value: str, team_id: int | None, wanted: str) -> Path:
 
 
 def _checkpoint(value: str, team_id: int | None) -> Path:
-    from gyre_web.runs.exports import export_dir
+    from gyre_web.runs.paths import export_dir
 
     m = _CHECKPOINT.match(value)
     if m is None:

@@ -14,12 +14,11 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from gyre_web.access import require_role
+from gyre_web import policy
 from gyre_web.openapi import ERROR
 from gyre_web.redaction import hide_data_dir
 from gyre_web.runs import checkpoints, exports
 from gyre_web.runs.models import CheckpointExport, ExportStatus, Run
-from gyre_web.teams.models import Role
 
 EXPORT_PATH = r"checkpoints/(?P<version>[0-9]{1,12})/export"
 
@@ -62,7 +61,7 @@ class CheckpointExportMixin:
         """Queue the checkpoint's export (a done, queued or running one is answered as it
         stands; a failed one is queued again)."""
         run = self.get_object()  # type: ignore[attr-defined]
-        require_role(request, run.experiment.team_id)
+        policy.require(request, run.experiment.team_id)
         if checkpoints.find(run, int(version)) is None:
             raise Http404(f"run {run.pk} has no checkpoint of version {version}")
         export = exports.request_export(run=run, version=int(version), created_by=request.user)
@@ -74,7 +73,7 @@ class CheckpointExportMixin:
         self, request: Request, pk: str | None = None, version: str = "0"
     ) -> Response:
         run = self.get_object()  # type: ignore[attr-defined]
-        require_role(request, run.experiment.team_id, frozenset(Role))
+        policy.require(request, run.experiment.team_id)
         return Response(_shown(_export_of(run, version)))
 
     @extend_schema(responses={(200, "application/x-tar"): bytes, 403: ERROR, 404: ERROR})
@@ -90,7 +89,7 @@ class CheckpointExportMixin:
     ) -> StreamingHttpResponse:
         """The exported directory as a tar (``hf-step-<version>/`` at its top)."""
         run = self.get_object()  # type: ignore[attr-defined]
-        require_role(request, run.experiment.team_id, frozenset(Role))
+        policy.require(request, run.experiment.team_id)
         export = _export_of(run, version)
         path = exports.export_dir(run.pk, export.version)
         if export.status != ExportStatus.DONE or not path.is_dir():

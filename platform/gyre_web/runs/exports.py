@@ -15,22 +15,16 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from gyre_web import queue
 from gyre_web.runs.models import CheckpointExport, ExportStatus, Run
+from gyre_web.runs.paths import export_dir
 
 TASK = "workers.tasks.export_checkpoint"
-
-
-def export_dir(run_id: int, version: int) -> Path:
-    from gyre_web.runs.services import run_dir
-
-    return run_dir(run_id) / "exports" / f"hf-step-{version:08d}"
 
 
 def request_export(*, run: Run, version: int, created_by: Any = None) -> CheckpointExport:
     """The checkpoint's export, queued (sent on commit) unless one is queued, running or
     done already."""
-    from gyre_web.runs.services import send_task
-
     with transaction.atomic():
         row, made = CheckpointExport.objects.select_for_update().get_or_create(
             run=run, version=version, defaults={"created_by": created_by}
@@ -41,13 +35,13 @@ def request_export(*, run: Run, version: int, created_by: Any = None) -> Checkpo
         row.task_id, row.created_by = str(uuid.uuid4()), created_by
         row.save()
         export_id, task_id = row.pk, row.task_id
-        transaction.on_commit(lambda: _send(export_id, task_id, send_task))
+        transaction.on_commit(lambda: _send(export_id, task_id))
     return row
 
 
-def _send(export_id: int, task_id: str, send_task: Any) -> None:
+def _send(export_id: int, task_id: str) -> None:
     try:
-        send_task(TASK, [export_id], task_id)
+        queue.send_task(TASK, args=[export_id], task_id=task_id)
     except Exception as err:  # the broker is away: asking again retries
         finish_export(export_id=export_id, error=f"could not queue the export: {err}")
 

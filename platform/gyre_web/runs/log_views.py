@@ -14,6 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from gyre_web import redaction
+from gyre_web.inputs import int_param
 from gyre_web.runs import selectors
 from gyre_web.runs.logs import LEVELS
 from gyre_web.runs.models import LogSource
@@ -62,8 +63,6 @@ class RunLogsMixin:
     )
     @action(detail=True, methods=["get"], serializer_class=None, pagination_class=None)
     def logs(self, request: Request, pk: str | None = None) -> Response:
-        from gyre_web.runs.views import _int_param
-
         run = self.get_object()  # type: ignore[attr-defined]
         q = request.query_params.get("q", "")
         if len(q) > MAX_Q or "\x00" in q:
@@ -73,8 +72,8 @@ class RunLogsMixin:
             raise ValidationError({"tail": "true or false"})
         page = selectors.log_lines(
             run_id=run.pk,
-            after=_int_param(request, "after", 0, 0, 2**62),
-            limit=_int_param(request, "limit", 500, 1, 5000),
+            after=int_param(request, "after", 0, 0, 2**62),
+            limit=int_param(request, "limit", 500, 1, 5000),
             q=q,
             level=_choice(request, "level", LEVELS),
             source=_choice(request, "source", list(LogSource.values)),

@@ -23,8 +23,10 @@ from rest_framework.parsers import FileUploadParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from gyre_web.access import require_role, share_link_of
+from gyre_web import policy
+from gyre_web.access import share_link_of
 from gyre_web.cluster import selectors as cluster_selectors
+from gyre_web.inputs import int_param
 from gyre_web.openapi import ERROR
 from gyre_web.runs import checkpoints, reporting, selectors, services
 from gyre_web.runs.export_views import CheckpointExportMixin
@@ -47,22 +49,8 @@ from gyre_web.runs.serializers import (
     RunListSerializer,
     RunSerializer,
 )
-from gyre_web.teams.models import Role
 
 _KIND = re.compile(r"[a-z0-9_]{1,32}")
-
-
-def _int_param(request: Request, name: str, default: int, lo: int, hi: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValidationError({name: f"must be an integer, got {raw!r}"}) from None
-    if not lo <= value <= hi:
-        raise ValidationError({name: f"must be between {lo} and {hi}"})
-    return value
 
 
 def _float_param(request: Request, name: str) -> float | None:
@@ -123,17 +111,17 @@ class ExperimentViewSet(viewsets.ModelViewSet):
         return selectors.experiments_visible(self.request.user, share_link_of(self.request))
 
     def perform_create(self, serializer: Any) -> None:
-        require_role(self.request, serializer.validated_data["team"].pk)
+        policy.require(self.request, serializer.validated_data["team"].pk)
         serializer.save(created_by=self.request.user)
 
     def perform_update(self, serializer: Any) -> None:
-        require_role(self.request, serializer.instance.team_id)
+        policy.require(self.request, serializer.instance.team_id)
         if "team" in serializer.validated_data:
-            require_role(self.request, serializer.validated_data["team"].pk)
+            policy.require(self.request, serializer.validated_data["team"].pk)
         serializer.save()
 
     def perform_destroy(self, instance: Experiment) -> None:
-        require_role(self.request, instance.team_id)
+        policy.require(self.request, instance.team_id)
         instance.delete()
 
 
@@ -170,7 +158,7 @@ class RunViewSet(
         ser = RunSerializer(data=request.data, context={"request": request})
         ser.is_valid(raise_exception=True)
         experiment = ser.validated_data["experiment"]
-        require_role(request, experiment.team_id)
+        policy.require(request, experiment.team_id)
         try:
             run = make(
                 experiment=experiment,
@@ -202,7 +190,7 @@ class RunViewSet(
         again stores nothing twice; one that skips ahead is refused (409) with the number
         expected. The answer carries any stop asked from the web."""
         run = self.get_object()
-        require_role(request, run.experiment.team_id)
+        policy.require(request, run.experiment.team_id)
         ser = ReportBatchSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         try:
@@ -221,14 +209,14 @@ class RunViewSet(
         return super().destroy(request, *args, **kwargs)
 
     def perform_destroy(self, instance: Run) -> None:
-        require_role(self.request, instance.experiment.team_id)
+        policy.require(self.request, instance.experiment.team_id)
         if instance.status in ("queued", "starting", "running"):
             raise ValidationError({"status": "cancel the run before deleting it"})
         instance.delete()
 
     def _act(self, request: Request, fn: Any, **kwargs: Any) -> Response:
         run = self.get_object()
-        require_role(request, run.experiment.team_id)
+        policy.require(request, run.experiment.team_id)
         try:
             result = fn(run=run, **kwargs)
         except services.IllegalTransition as err:
@@ -256,7 +244,7 @@ class RunViewSet(
     @action(detail=True, methods=["post"], serializer_class=ForkSerializer)
     def fork(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
-        require_role(request, run.experiment.team_id)
+        policy.require(request, run.experiment.team_id)
         ser = ForkSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         try:
@@ -289,7 +277,7 @@ class RunViewSet(
         from gyre_web.trajectories.imports import ImportRejected, import_trajectories
 
         run = self.get_object()
-        require_role(request, run.experiment.team_id)
+        policy.require(request, run.experiment.team_id)
         upload = request.data.get("file")
         if not isinstance(upload, UploadedFile):  # absent, or a plain form field
             raise ValidationError({"file": "attach a gyre.trajectory/v1 JSONL file"})
@@ -324,7 +312,7 @@ class RunViewSet(
         """One checkpoint's folder as a tar, for the members of the run's team (every
         role; a share link reads the list, not the weights)."""
         run = self.get_object()
-        require_role(request, run.experiment.team_id, frozenset(Role))
+        policy.require(request, run.experiment.team_id)
         path = checkpoints.find(run, int(version))
         if path is None:
             raise Http404(f"run {run.pk} has no checkpoint of version {version}")
@@ -342,8 +330,8 @@ class RunViewSet(
     def events(self, request: Request, pk: str | None = None) -> Response:
         """?after=SEQ&limit=N the events after a cursor; ?kind=a,b only those kinds."""
         run = self.get_object()
-        after = _int_param(request, "after", 0, 0, 2**62)
-        limit = _int_param(request, "limit", 1000, 1, 10000)
+        after = int_param(request, "after", 0, 0, 2**62)
+        limit = int_param(request, "limit", 1000, 1, 10000)
         kinds = [k for k in request.query_params.get("kind", "").split(",") if k]
         if any(not _KIND.fullmatch(k) for k in kinds):
             raise ValidationError({"kind": "comma-separated event kinds (a-z, 0-9, _)"})
@@ -367,7 +355,7 @@ class RunViewSet(
         t0, t1 = _float_param(request, "t0"), _float_param(request, "t1")
         if t0 is not None and t1 is not None and t1 < t0:
             raise ValidationError({"t1": "must not be before t0"})
-        limit = _int_param(request, "limit", 20000, 1, 100000)
+        limit = int_param(request, "limit", 20000, 1, 100000)
         return Response(cluster_selectors.role_intervals(run_id=run.pk, t0=t0, t1=t1, limit=limit))
 
     @extend_schema(responses=MetricSeriesSerializer, parameters=[_NAMES, _POINTS])
@@ -404,7 +392,7 @@ class RunViewSet(
         return self._metrics(request, visible)
 
     def _metrics(self, request: Request, run_ids: list[int]) -> Response:
-        points = _int_param(request, "points", 500, 1, 10000)
+        points = int_param(request, "points", 500, 1, 10000)
         names = [n for n in request.query_params.get("names", "").split(",") if n]
         names = names or selectors.metric_names(run_ids=run_ids)
         return Response(selectors.metric_series(run_ids=run_ids, names=names, points=points))

@@ -4,11 +4,11 @@ up to the cap, launch the next runs when one leaves the active states, and cance
 The cap: a sweep's run counts against ``max_concurrent`` from its launch (a row in the
 launch outbox) until it leaves queued/starting/running. Every launch happens under the
 sweep's row lock, after counting, so two runs ending at once never launch past the cap.
-``run_left_active`` is called by ``runs.services.transition`` in the transaction that
-ends the run (a run never ends without its successor launched, whatever worker dies
-after), and ``advance_due`` (every worker's watchdog) catches up on anything left. The
-sweep lock is taken after a run's lock, never before one is waited for: pending runs are
-locked with skip_locked."""
+``run_left_active`` is a ``runs.hooks`` receiver (registered in the app's ready), called
+by ``runs.lifecycle.transition`` in the transaction that ends the run (a run never ends
+without its successor launched, whatever worker dies after), and ``advance_due`` (every
+worker's watchdog) catches up on anything left. The sweep lock is taken after a run's
+lock, never before one is waited for: pending runs are locked with skip_locked."""
 
 from __future__ import annotations
 

@@ -14,9 +14,10 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from gyre_web.access import require_role, share_link_of
+from gyre_web import policy
+from gyre_web.access import share_link_of
 from gyre_web.openapi import ERROR
-from gyre_web.runs.services import ConfigInvalid
+from gyre_web.runs.config_policy import ConfigInvalid
 from gyre_web.sweeps import selectors, services
 from gyre_web.sweeps.models import Sweep
 from gyre_web.sweeps.serializers import (
@@ -58,7 +59,7 @@ class SweepViewSet(
         ser = SweepCreateSerializer(data=request.data, context={"request": request})
         ser.is_valid(raise_exception=True)
         data = ser.validated_data
-        require_role(request, data["experiment"].team_id)
+        policy.require(request, data["experiment"].team_id)
         try:
             sweep = services.create_sweep(
                 experiment=data["experiment"], base_config=data["base_config"],
@@ -77,6 +78,6 @@ class SweepViewSet(
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         """No more launches; the pending runs cancelled, the active ones asked to stop."""
         sweep = self.get_object()
-        require_role(request, sweep.experiment.team_id)
+        policy.require(request, sweep.experiment.team_id)
         services.cancel_sweep(sweep=sweep)
         return Response(self._detail(self.get_queryset().get(pk=sweep.pk)))

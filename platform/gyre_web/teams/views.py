@@ -16,7 +16,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from gyre_web.access import require_manager, require_role
+from gyre_web import policy
 from gyre_web.openapi import ERROR
 from gyre_web.teams import selectors, services
 from gyre_web.teams.models import ApiToken, Membership, ShareLink, Team
@@ -53,11 +53,11 @@ class TeamViewSet(viewsets.ModelViewSet):
             raise ValidationError({"slug": str(err)}) from None
 
     def perform_update(self, serializer: Any) -> None:
-        require_manager(self.request, serializer.instance.pk)
+        policy.require(self.request, serializer.instance.pk)
         serializer.save()
 
     def perform_destroy(self, instance: Team) -> None:
-        require_role(self.request, instance.pk, frozenset({"owner"}))
+        policy.require(self.request, instance.pk)
         services.delete_team(team=instance)
 
     @extend_schema(methods=["GET"], responses=MembershipSerializer(many=True))
@@ -77,7 +77,7 @@ class TeamViewSet(viewsets.ModelViewSet):
         if request.method == "GET":
             rows = Membership.objects.filter(team=team).select_related("user").order_by("id")
             return Response(MembershipSerializer(rows, many=True).data)
-        require_manager(request, team.pk)
+        policy.require(request, team.pk)
         ser = MembershipSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         try:
@@ -101,7 +101,7 @@ class TeamViewSet(viewsets.ModelViewSet):
             raise NotFound("no such user")
         user = get_object_or_404(get_user_model(), username=username)
         if user != request.user:
-            require_manager(request, team.pk)
+            policy.require(request, team.pk)
         try:
             services.remove_membership(team=team, user=user, by=request.user)
         except services.MembershipRefused as err:
@@ -156,7 +156,7 @@ class ShareLinkViewSet(ApiTokenViewSet):
         ser = self.get_serializer(data=request.data)
         ser.is_valid(raise_exception=True)
         experiment, run = ser.validated_data.get("experiment"), ser.validated_data.get("run")
-        require_role(request, (experiment or run.experiment).team_id)
+        policy.require(request, (experiment or run.experiment).team_id)
         link, key = services.create_share_link(
             created_by=request.user,
             experiment=experiment,
@@ -168,7 +168,7 @@ class ShareLinkViewSet(ApiTokenViewSet):
         )
 
     def perform_destroy(self, instance: ShareLink) -> None:  # type: ignore[override]
-        require_role(self.request, instance.team_id)
+        policy.require(self.request, instance.team_id)
         services.revoke_share_link(link=instance)
 
 

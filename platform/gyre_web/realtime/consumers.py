@@ -44,6 +44,7 @@ from django.conf import settings
 from gyre_core.jsonl import JsonBoundsError, loads
 from gyre_web.cluster.stream import STREAM as CLUSTER_STREAM
 from gyre_web.cluster.stream import ClusterStream
+from gyre_web.realtime.groups import group_name
 from gyre_web.runs import selectors
 from gyre_web.teams import selectors as team_selectors
 from gyre_web.teams.services import ACCESS_GROUP
@@ -66,10 +67,6 @@ OUTAGE_POLL = 0.5  # seconds between table reads while the channel layer cannot 
 # GYRE_WS_RECHECK_SECONDS, if shorter): without a channel layer no notice comes, and the
 # periodic re-check can wait behind the other sockets' reads on the one database thread.
 SEND_CHECK = 0.5
-
-
-def group_name(run_id: int) -> str:
-    return f"run-{run_id}"
 
 
 LOST = {  # reason -> (message, close code)
