@@ -268,10 +268,10 @@ def missed_message(target: float | None, field: str) -> str:
     ``field`` names, ending at mean loss ``target`` ('' when none was missed)."""
     if target is None:
         return ""
-    more = "rounds" if field == "warm_start.settle_loss" else "steps"
+    more = "rounds" if field.endswith("settle_loss") else "steps"
     return (
         f"warning: the warm start did not reach {field}: its last 20 steps averaged "
-        f"{target:.3f}; RL may not learn from it (raise train.warm_start_{more})"
+        f"{target:.3f}; RL may not learn from it (raise warm_start.{more})"
     )
 
 

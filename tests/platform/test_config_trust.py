@@ -18,8 +18,8 @@ from gyre_core.config import RunConfig, config_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 CODE = [("rollout", "env", "subprocess:Popen"), ("rollout", "reward_fn", "os:system")]
-FILES = ["rollout.tasks", "model.checkpoint", "train.warm_start_from", "train.warm_start_data",
-         "train.offpolicy_data", "train.warm_start_cache"]  # fmt: skip
+FILES = ["rollout.tasks", "model.checkpoint", "warm_start.weights", "warm_start.data",
+         "train.offpolicy_data", "warm_start.cache"]  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -178,8 +178,8 @@ def test_a_checkpoint_is_named_by_run_and_version_and_checked_against_the_reader
              "model.checkpoint")  # fmt: skip
     _refused(_post(member, exp, _with(sim_config, "model.checkpoint", f"checkpoint:{ours.pk}@3")),
              "model.checkpoint")  # fmt: skip
-    _refused(_post(member, exp, _with(sim_config, "train.warm_start_from", f"checkpoint:{ours.pk}")),
-             "train.warm_start_from")  # fmt: skip
+    _refused(_post(member, exp, _with(sim_config, "warm_start.weights", f"checkpoint:{ours.pk}")),
+             "warm_start.weights")  # fmt: skip
     for value in (f"checkpoint:{ours.pk}@4", f"checkpoint:{ours.pk}"):
         made = _post(member, exp, _with(sim_config, "model.checkpoint", value))
         assert made.status_code == 201, made.content
@@ -242,7 +242,7 @@ def test_the_shipped_configs_the_platform_offers_pass_with_default_settings(
         made = _post(member, exp, copy.deepcopy(config))
         assert made.status_code == 201, (name, made.content)
         cfg = services.runnable_config(Run.objects.get(pk=made.json()["id"]))
-        for field in ("train.warm_start_from", "train.warm_start_cache"):
+        for field in ("warm_start.weights", "warm_start.cache"):
             value = _policy()._get(cfg, field)
             assert not value or Path(value).is_absolute()  # what the worker runs
 
