@@ -200,7 +200,7 @@ def test_config_show_lists_the_loss_with_its_choices() -> None:
     assert loss["choices"] == ["ppo", "decoupled", "pg"] and loss["default"] == "ppo"
     assert "  loss: ppo\n  ratio_cap: 0.0\n" in gyre("config", "show").stdout
     assert RunConfig.from_dict({"train": {"loss": "pg"}}).train.loss == "pg"
-    with pytest.raises(ConfigError, match="train.loss: must be one of ppo, decoupled, pg"):
+    with pytest.raises(ConfigError, match=r"train\.loss: must be one of ppo, decoupled, pg"):
         RunConfig.from_dict({"train": {"loss": "dpo"}})
 
 

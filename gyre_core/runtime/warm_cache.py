@@ -67,6 +67,9 @@ def cache_key(cfg: RunConfig, model_dir: Path) -> str:
                 "context_budget",
                 "max_new_tokens",
                 "tasks_per_step",
+                "delegate",  # the harness options the demonstrations are played with
+                "subagent_max_turns",
+                "max_retries",
             )
         },
         "staleness": cfg.scheduler.staleness_bound,
