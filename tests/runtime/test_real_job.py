@@ -149,6 +149,19 @@ def test_the_kl_reference_is_the_warm_started_policy(ray_cluster, model_dir, tmp
     assert abs(first.metrics["kl"]) < 1e-6, first.metrics
 
 
+def test_a_run_trains_the_loss_its_config_names(ray_cluster, model_dir, tmp_path):
+    # train.loss reaches every training unit: the checkpoint records the loss its trainers
+    # were built with, and with the PPO clip at 0 no token is clipped (pg has no clip)
+    train = {"loss": "pg", "clip_low": 0.0, "clip_high": 0.0}
+    sink = ListSink()
+    out = run_job(_cfg(model_dir, train=train), sink=sink, workdir=tmp_path)
+    assert out["status"] == "succeeded" and out["steps"] == 2
+    meta = json.loads((latest_checkpoint(tmp_path / "checkpoints") / "trainer.json").read_text())
+    assert (meta["settings"]["loss"], meta["settings"]["ratio_cap"]) == ("pg", 0.0)
+    steps = [e.metrics for e in sink.events if e.kind == "step_finished"]
+    assert len(steps) == 2 and all(m["tokens"] > 0 and m["clip_fraction"] == 0 for m in steps)
+
+
 def _weights(workdir):
     return read_checkpoint(latest_checkpoint(workdir / "checkpoints"))["model"]
 
