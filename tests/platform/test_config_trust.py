@@ -254,7 +254,9 @@ def test_the_shipped_configs_pass_as_gyre_demo_loads_them(people, exp):
     for path in sorted((ROOT / "configs").glob("*.yaml")):
         config = load_config(path).to_dict()
         run = services.create_run(experiment=exp, config=config, launch=False)
-        assert services.runnable_config(run).train == load_config(path).train, path
+        want = load_config(path)
+        got = services.runnable_config(run)
+        assert (got.train, got.warm_start) == (want.train, want.warm_start), path
 
 
 def test_every_free_text_field_of_the_config_is_classified():
@@ -319,3 +321,36 @@ def test_a_dataset_is_named_by_id_and_only_its_teams(people, exp, sim_config, cl
     run = Run.objects.get(pk=made.json()["id"])
     path = Path(services.runnable_config(run).rollout.tasks)
     assert path.read_bytes() == b'{"id": "t1", "prompt": "add"}\n'  # what the worker reads
+
+
+def test_an_old_warm_start_field_is_refused_with_its_new_name(people, exp, sim_config, client_for):
+    member = client_for(people["member"])
+    old = _with(sim_config, "train.warm_start_from", "configs/warm-start/x.safetensors")
+    problem = _refused(_post(member, exp, old), "train.warm_start_from")
+    assert "moved to warm_start.weights" in problem
+    assert not Run.objects.filter(experiment=exp).exists()
+
+
+def test_stored_configs_move_their_warm_start_fields() -> None:
+    """Runs stored before the ``warm_start`` section (every field of ``train``, as
+    ``RunConfig.to_dict`` wrote them) run, resume and fork after the migration."""
+    import importlib
+
+    runs = importlib.import_module("gyre_web.runs.migrations.0009_warm_start_section")
+    sweeps = importlib.import_module("gyre_web.sweeps.migrations.0002_warm_start_section")
+    from gyre_core.config import ConfigError
+
+    new = RunConfig.from_dict({"warm_start": {"steps": 5, "weights": "w.safetensors"}}).to_dict()
+    stored = runs.back(new)  # the layout before
+    assert stored["train"]["warm_start_from"] == "w.safetensors" and "warm_start" not in stored
+    with pytest.raises(ConfigError, match=r"moved to warm_start\.steps"):
+        RunConfig.from_dict(stored)
+    assert runs.moved(stored) == new and RunConfig.from_dict(runs.moved(stored)).to_dict() == new
+    assert runs.moved(new) is new  # a config of the new layout is left as it is
+    base = {"train": {"lr": 1e-3, "warm_start_from": "w"}}
+    assert sweeps._config(base, sweeps.PATHS) == {
+        "train": {"lr": 1e-3},
+        "warm_start": {"weights": "w"},
+    }
+    params = {"train.warm_start_lr": [0.1, 0.01], "train.lr": [1e-3]}
+    assert sweeps._keys(params, sweeps.PATHS) == {"warm_start.lr": [0.1, 0.01], "train.lr": [1e-3]}
