@@ -354,3 +354,42 @@ def test_stored_configs_move_their_warm_start_fields() -> None:
     }
     params = {"train.warm_start_lr": [0.1, 0.01], "train.lr": [1e-3]}
     assert sweeps._keys(params, sweeps.PATHS) == {"warm_start.lr": [0.1, 0.01], "train.lr": [1e-3]}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_moves_a_stored_runs_warm_start_fields(people) -> None:
+    """A run stored before the ``warm_start`` section resumes after the migration: its
+    config moves, as a sweep's base config, swept paths and values do."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    before = [("runs", "0008_checkpoint_exports"), ("sweeps", "0001_initial")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    exp = old.get_model("runs", "Experiment").objects.create(team_id=people["team"].pk, name="m")
+    d = RunConfig.from_dict({"warm_start": {"steps": 5, "lr": 0.01}}).to_dict()
+    stored = {**{k: v for k, v in d.items() if k != "warm_start"},
+              "train": {**d["train"], **{f"warm_start_{'from' if k == 'weights' else k}": v
+                                         for k, v in d["warm_start"].items()}}}  # fmt: skip
+    run = old.get_model("runs", "Run").objects.create(
+        experiment=exp, config=stored, policy="elastic", backend="real"
+    )
+    sweep = old.get_model("sweeps", "Sweep").objects.create(
+        experiment=exp, base_config={"train": {"warm_start_from": "w"}}, mode="grid",
+        params={"train.warm_start_lr": [0.1]}, max_concurrent=1,
+    )  # fmt: skip
+    old.get_model("sweeps", "SweepRun").objects.create(
+        sweep=sweep, run=run, index=0, values={"train.warm_start_lr": 0.1}
+    )
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    from gyre_web.sweeps.models import Sweep, SweepRun
+
+    assert Run.objects.get(pk=run.pk).config == d
+    assert RunConfig.from_dict(Run.objects.get(pk=run.pk).config).warm_start.steps == 5
+    s = Sweep.objects.get(pk=sweep.pk)
+    assert (s.base_config, s.params) == ({"train": {}, "warm_start": {"weights": "w"}},
+                                         {"warm_start.lr": [0.1]})  # fmt: skip
+    assert SweepRun.objects.get(sweep=s).values == {"warm_start.lr": 0.1}
