@@ -298,9 +298,16 @@ def test_warm_start_cache_reuses_an_identical_warm_start_exactly(model_dir, tmp_
     other = RunConfig.from_dict({**d, "warm_start": {**d["warm_start"], "steps": 3}})
     assert warm_cache.cache_key(other, model_dir) != warm_cache.cache_key(cfg, model_dir)
     assert warm(other)[0].warm_start_cached == ""
+    delegated = RunConfig.from_dict({**d, "rollout": {**d["rollout"], "delegate": True}})
+    assert warm_cache.cache_key(delegated, model_dir) != warm_cache.cache_key(cfg, model_dir)
     # the RL rate is not read by a warm start with its own rate: same entry, this run's rate
     faster = RunConfig.from_dict({**d, "train": {**d["train"], "lr": 5e-4}})
     assert warm_cache.cache_key(faster, model_dir) == warm_cache.cache_key(cfg, model_dir)
+    # nor RL's policy loss, nor what acts after the warm start
+    after = {"train": {**d["train"], "loss": "pg", "ratio_cap": 2.0},
+             "warm_start": {**d["warm_start"], "fresh_optimizer": False}}  # fmt: skip
+    later = RunConfig.from_dict({**d, **after})
+    assert warm_cache.cache_key(later, model_dir) == warm_cache.cache_key(cfg, model_dir)
     third, t3, _ = warm(faster)
     assert third.warm_start_cached and [g["lr"] for g in t3.optimizer.param_groups] == [5e-4]
 
