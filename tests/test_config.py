@@ -1,6 +1,7 @@
 import json
 
 import pytest
+import yaml
 
 from gyre_core.config import ConfigError, RunConfig, config_schema, dump_config, load_config
 from tests.gyre_cli import gyre
@@ -198,7 +199,10 @@ def test_config_show_lists_the_loss_with_its_choices() -> None:
     assert out.returncode == 0
     loss = json.loads(out.stdout)["train.loss"]
     assert loss["choices"] == ["ppo", "decoupled", "pg"] and loss["default"] == "ppo"
-    assert "  loss: ppo\n  ratio_cap: 0.0\n" in gyre("config", "show").stdout
+    shown = gyre("config", "show").stdout  # the YAML names each field's choices
+    assert "  loss: ppo  # ppo | decoupled | pg\n  ratio_cap: 0.0\n" in shown
+    assert "  policy: elastic  # colocate | async | elastic\n" in shown
+    assert RunConfig.from_dict(yaml.safe_load(shown)) == RunConfig()  # it loads as it was
     assert RunConfig.from_dict({"train": {"loss": "pg"}}).train.loss == "pg"
     with pytest.raises(ConfigError, match=r"train\.loss: must be one of ppo, decoupled, pg"):
         RunConfig.from_dict({"train": {"loss": "dpo"}})
