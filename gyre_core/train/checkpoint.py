@@ -27,7 +27,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from gyre_core.train.checkpoint_dirs import STATE_FILE, checkpoints
-from gyre_core.train.trainer import WEIGHTS_FILE, Trainer, recorded_settings
+from gyre_core.train.config import recorded_settings
+from gyre_core.train.trainer import WEIGHTS_FILE, Trainer
 
 FORMAT = "gyre.checkpoint/v1"
 SHARDED_FORMAT = "gyre.checkpoint/v2"  # a run's: the training group's sharded state

@@ -5,6 +5,7 @@ before RL has its own section (``warm_start``: :mod:`gyre_core.train.warm_start_
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from gyre_core.config_fields import config_field
 from gyre_core.train.loss_registry import LOSSES
@@ -87,3 +88,13 @@ class TrainConfig:
     def weighting(self) -> Weighting:
         """How the trainer turns rewards into token weights (the tree browser's too)."""
         return Weighting(self.advantage_mode, self.normalise_std)
+
+
+def recorded_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's recorded :meth:`Trainer.settings` as this code writes them: one
+    written before the ``warm_start`` section also records ``train.warm_start_*`` (they act
+    before RL, never on a step) and ``ratio_cap`` None where ``train.ratio_cap`` is 0."""
+    out = {k: v for k, v in settings.items() if not k.startswith("warm_start_")}
+    if "ratio_cap" in out and out["ratio_cap"] is None:
+        out["ratio_cap"] = 0.0
+    return out

@@ -40,9 +40,9 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from gyre_core.train.config import PRECISIONS
+from gyre_core.train.config import PRECISIONS, recorded_settings
 from gyre_core.train.losses import LossStats, count_fresh
-from gyre_core.train.trainer import Trainer, demo_sample, recorded_settings, shard_by_tokens
+from gyre_core.train.trainer import Trainer, demo_sample, shard_by_tokens
 from gyre_core.trajectory.format import Rollout
 from gyre_core.trajectory.sample import PackedSample
 

@@ -83,16 +83,6 @@ class TrainerOptions:
             raise bad("attention", f"one of {', '.join(get_args(Impl))}")
 
 
-def recorded_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    """A checkpoint's recorded :meth:`Trainer.settings` as this code writes them: one
-    written before the ``warm_start`` section also records ``train.warm_start_*`` (they act
-    before RL, never on a step) and ``ratio_cap`` None where ``train.ratio_cap`` is 0."""
-    out = {k: v for k, v in settings.items() if not k.startswith("warm_start_")}
-    if "ratio_cap" in out and out["ratio_cap"] is None:
-        out["ratio_cap"] = 0.0
-    return out
-
-
 Grads = dict[str, torch.Tensor]
 
 
