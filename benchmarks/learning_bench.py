@@ -82,7 +82,7 @@ def bench_curve(
 
     ``tasks`` > 0 scores that many held-out tasks instead of the run's own
     ``rollout.benchmark_tasks`` (the first of them are the run's own), and version 0 too
-    when the run started from ``train.warm_start_from``. ``samples`` > 0 scores the mean
+    when the run started from ``warm_start.weights``. ``samples`` > 0 scores the mean
     of that many sampled sessions a task instead of one greedy one
     (``gyre_core.runtime.benchmark``)."""
     import torch
@@ -103,8 +103,8 @@ def bench_curve(
     factory = SessionFactory(cfg, model_dir, NullSink(), lambda: 0.0)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     weights = list(checkpoints(workdir / "checkpoints"))
-    if tasks and cfg.train.warm_start_from:
-        weights.insert(0, (0, Path(cfg.train.warm_start_from)))
+    if tasks and cfg.warm_start.weights:
+        weights.insert(0, (0, Path(cfg.warm_start.weights)))
     curve = {}
     for version, path in weights:
         if version % every:
@@ -219,8 +219,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick and not args.rescore:
         args.runs, args.steps, args.every = args.runs or "elastic", 2, 2
-        quick = ["train.warm_start_steps=20", "train.warm_start_anneal_steps=0"]
-        args.set = [*quick, "train.warm_start_cache=''", "checkpoint_every=2", *args.set]
+        quick = ["warm_start.steps=20", "warm_start.anneal_steps=0"]
+        args.set = [*quick, "warm_start.cache=''", "checkpoint_every=2", *args.set]
     args.runs = args.runs or "elastic,colocate,async,elastic-binary"
     if args.bench_samples < 0:
         raise SystemExit(f"--bench-samples must be >= 0, got {args.bench_samples}")

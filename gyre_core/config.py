@@ -3,7 +3,8 @@
 A config is nested sections of plain fields. Each section is defined beside the part that
 owns it (``ClusterConfig`` in :mod:`gyre_core.cluster`, ``SchedulerConfig`` in
 :mod:`gyre_core.scheduler.config`, ``RolloutConfig``, ``EngineConfig``, ``ModelConfig``, ``TrainConfig`` and
-``SimConfig`` in the ``config`` module of rollout, models, train and sim, ``TrackingConfig``
+``SimConfig`` in the ``config`` module of rollout, models, train and sim, ``WarmStartConfig``
+in :mod:`gyre_core.train.warm_start_config`, ``TrackingConfig``
 in :mod:`gyre_core.tracking.config`), made of
 :func:`~gyre_core.config_fields.config_field` fields, and composed here into ``RunConfig``,
 which also re-exports them. ``RunConfig.from_dict`` checks every field and
@@ -42,6 +43,7 @@ from gyre_core.sim.config import SimConfig
 from gyre_core.sim.costs import CostModel
 from gyre_core.tracking.config import TrackingConfig
 from gyre_core.train.config import TrainConfig
+from gyre_core.train.warm_start_config import MOVED, WarmStartConfig
 from gyre_core.trajectory.rewards import Weighting
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # no string field holds one (config_fields.py)
@@ -58,6 +60,7 @@ __all__ = [
     "SimConfig",
     "TrackingConfig",
     "TrainConfig",
+    "WarmStartConfig",
     "config_schema",
     "default_config",
     "dump_config",
@@ -87,6 +90,7 @@ class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     sim: SimConfig = field(default_factory=SimConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
@@ -121,7 +125,9 @@ def _build(cls: type, data: Any, prefix: str, errors: list[tuple[str, str]]) -> 
         return cls()
     known = {f.name: f for f in fields(cls)}
     for key in data:
-        if key not in known:
+        if prefix + str(key) in MOVED:  # a field moved to another section: its new name
+            errors.append((prefix + str(key), f"moved to {MOVED[prefix + str(key)]}"))
+        elif key not in known:
             name = str(key) if len(str(key)) <= 60 else str(key)[:57] + "..."
             errors.append((prefix + name, f"unknown field (known: {', '.join(known)})"))
     values: dict[str, Any] = {}
@@ -235,16 +241,19 @@ def _cross_checks(cfg: RunConfig) -> list[tuple[str, str]]:
     if not m.checkpoint and heads % m.kv_heads:
         problem = f"must divide the tiny model's query heads (model.hidden_size // 32 = {heads})"
         errors.append(("model.kv_heads", f"{problem}, got {m.kv_heads}"))
-    t = cfg.train
-    if t.warm_start_settle_loss and not t.warm_start_anneal_steps:
-        problem = "needs train.warm_start_anneal_steps > 0 (the length of a round)"
-        errors.append(("train.warm_start_settle_loss", problem))
-    demos = t.warm_start_steps and not t.warm_start_from and not t.warm_start_data
-    if t.warm_start_data and t.warm_start_from:
-        errors.append(("train.warm_start_data", "set train.warm_start_from or this, not both"))
-    if demos and t.warm_start_skip_check and cfg.rollout.suite != "repo":
+    t, w = cfg.train, cfg.warm_start
+    if t.ratio_cap and not t.ratio_cap > 1 + t.clip_high:
+        problem = f"must be > 1 + train.clip_high ({1 + t.clip_high:g}) or 0, got {t.ratio_cap:g}"
+        errors.append(("train.ratio_cap", problem))
+    if w.settle_loss and not w.anneal_steps:
+        problem = "needs warm_start.anneal_steps > 0 (the length of a round)"
+        errors.append(("warm_start.settle_loss", problem))
+    demos = w.steps and not w.weights and not w.data
+    if w.data and w.weights:
+        errors.append(("warm_start.data", "set warm_start.weights or this, not both"))
+    if demos and w.skip_check and cfg.rollout.suite != "repo":
         problem = "needs rollout.suite repo (whose components end in a check)"
-        errors.append(("train.warm_start_skip_check", f"{problem}, not {cfg.rollout.suite}"))
+        errors.append(("warm_start.skip_check", f"{problem}, not {cfg.rollout.suite}"))
     if t.offpolicy_data and cfg.scheduler.staleness_bound < 1:
         problem = "needs scheduler.staleness_bound >= 1 (imported tokens count one version old)"
         errors.append(("train.offpolicy_data", problem))
@@ -285,7 +294,7 @@ def config_schema() -> dict[str, Any]:
 
 def resolve_paths(cfg: RunConfig, base: Path) -> RunConfig:
     """``cfg`` with every relative path field (``path=True``: a checkpoint, a warm-start
-    file, the warm-start cache) joined to ``base``; empty and absolute ones stay."""
+    weights file, the warm-start cache) joined to ``base``; empty and absolute ones stay."""
     sections = {}
     for sec in fields(cfg):
         if sec.default is not MISSING:

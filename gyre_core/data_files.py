@@ -5,7 +5,7 @@ read as that kind's readers read it, before any run does.
   first bytes say so, never the client's file name) whose rows are read batch by batch;
 - ``trajectories``: JSONL, either ``gyre.trajectory/v1`` (every line valid for
   ``gyre_core.trajectory.format.parse_rollout``, rollout ids unique) or an OpenAI message
-  log (``train.warm_start_data``: ``messages``, ``tools``, ``id``, ``reward``, an assistant
+  log (``warm_start.data``: ``messages``, ``tools``, ``id``, ``reward``, an assistant
   message's ``token_ids``/``logprobs``), checked without a tokenizer.
 
 Every string (keys included) is free of NUL and lone surrogates (Postgres text holds

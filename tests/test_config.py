@@ -1,6 +1,7 @@
 import json
 
 import pytest
+import yaml
 
 from gyre_core.config import ConfigError, RunConfig, config_schema, dump_config, load_config
 from tests.gyre_cli import gyre
@@ -32,9 +33,9 @@ def test_cross_field_rules() -> None:
         (
             {
                 "rollout": {"suite": "coding"},
-                "train": {"warm_start_steps": 5, "warm_start_skip_check": 0.5},
+                "warm_start": {"steps": 5, "skip_check": 0.5},
             },
-            "train.warm_start_skip_check",
+            "warm_start.skip_check",
             "needs rollout.suite repo",
         ),
         ({"backend": "sim", "sim": {"gpus": 12}}, "sim.gpus", "a multiple of 8"),
@@ -67,11 +68,7 @@ def test_rules_hold_only_where_they_apply() -> None:
     RunConfig.from_dict(
         {
             "rollout": {"suite": "coding"},
-            "train": {
-                "warm_start_steps": 5,
-                "warm_start_skip_check": 0.5,
-                "warm_start_from": "/w.safetensors",
-            },
+            "warm_start": {"steps": 5, "skip_check": 0.5, "weights": "/w.safetensors"},
         }
     )
     RunConfig.from_dict({"sim": {"gpus": 12}, "rollout": {"group_size": 5}})
@@ -170,12 +167,52 @@ def test_the_schema_states_every_bound() -> None:
 
 def test_a_files_relative_paths_are_made_absolute_where_it_is_read(tmp_path, monkeypatch) -> None:
     path = tmp_path / "c.yaml"
-    path.write_text(
-        "train:\n  warm_start_from: w/seed0.safetensors\n  warm_start_cache: /abs/cache\n"
-    )
+    path.write_text("warm_start:\n  weights: w/seed0.safetensors\n  cache: /abs/cache\n")
     cfg = load_config(path, base=tmp_path / "repo")
-    assert cfg.train.warm_start_from == str(tmp_path / "repo" / "w" / "seed0.safetensors")
-    assert cfg.train.warm_start_cache == "/abs/cache" and cfg.model.checkpoint == ""
+    assert cfg.warm_start.weights == str(tmp_path / "repo" / "w" / "seed0.safetensors")
+    assert cfg.warm_start.cache == "/abs/cache" and cfg.model.checkpoint == ""
     monkeypatch.chdir(tmp_path)
-    assert load_config(path).train.warm_start_from == str(tmp_path / "w" / "seed0.safetensors")
-    assert config_schema()["train.warm_start_from"]["path"] is True
+    assert load_config(path).warm_start.weights == str(tmp_path / "w" / "seed0.safetensors")
+    assert config_schema()["warm_start.weights"]["path"] is True
+
+
+def test_the_old_warm_start_keys_are_refused_with_their_new_name(tmp_path) -> None:
+    from gyre_core.train.warm_start_config import MOVED
+
+    assert len(MOVED) == 13 and MOVED["train.warm_start_from"] == "warm_start.weights"
+    for old, new in MOVED.items():
+        with pytest.raises(ConfigError) as err:
+            RunConfig.from_dict({"train": {old.split(".")[1]: 0, "lr": 1e-3}})
+        assert err.value.errors == [(old, f"moved to {new}")]
+        section, field = new.split(".")
+        assert hasattr(getattr(RunConfig(), section), field)  # the new name exists
+    bad = tmp_path / "old.yaml"
+    bad.write_text("train:\n  warm_start_steps: 5\n  warm_start_from: w.safetensors\n")
+    out = gyre("config", "validate", str(bad))
+    assert out.returncode != 0
+    assert "train.warm_start_steps: moved to warm_start.steps" in out.stderr
+    assert "train.warm_start_from: moved to warm_start.weights" in out.stderr
+
+
+def test_config_show_lists_the_loss_with_its_choices() -> None:
+    out = gyre("config", "show", "--format", "schema")
+    assert out.returncode == 0
+    loss = json.loads(out.stdout)["train.loss"]
+    assert loss["choices"] == ["ppo", "decoupled", "pg"] and loss["default"] == "ppo"
+    shown = gyre("config", "show").stdout  # the YAML names each field's choices
+    assert "  loss: ppo  # ppo | decoupled | pg\n  ratio_cap: 0.0\n" in shown
+    assert "  policy: elastic  # colocate | async | elastic\n" in shown
+    assert RunConfig.from_dict(yaml.safe_load(shown)) == RunConfig()  # it loads as it was
+    assert RunConfig.from_dict({"train": {"loss": "pg"}}).train.loss == "pg"
+    with pytest.raises(ConfigError, match=r"train\.loss: must be one of ppo, decoupled, pg"):
+        RunConfig.from_dict({"train": {"loss": "dpo"}})
+
+
+def test_ratio_cap_is_off_or_above_the_clip() -> None:
+    assert RunConfig().train.ratio_cap == 0.0  # off: the losses' ratio_cap None
+    assert RunConfig.from_dict({"train": {"ratio_cap": 4.0}}).train.ratio_cap == 4.0
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_dict({"train": {"ratio_cap": 1.1}})
+    assert err.value.errors == [
+        ("train.ratio_cap", "must be > 1 + train.clip_high (1.28) or 0, got 1.1")
+    ]

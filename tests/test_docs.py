@@ -62,7 +62,7 @@ def test_the_scan_names_file_and_line(tmp_path: Path) -> None:
     doc.write_text(
         "fine: /usr/bin/chromium, /etc/gyre/env, .data/bench/W.safetensors, ~/.cache/gyre\n"
         "## Session 13: a diary\n"
-        "--set train.warm_start_from=/work/main/.data/bench/W.safetensors\n"
+        "--set warm_start.weights=/work/main/.data/bench/W.safetensors\n"
         "kept in /tmp/vu/demo, and /home/alice/runs, C:\\Users\\x\n"
         "as measurement 64 showed\n"
     )

@@ -59,7 +59,7 @@ def main() -> None:
         "--skip-check",
         type=float,
         default=0.0,
-        help="train.warm_start_skip_check: the hasty demonstrator's skip rate",
+        help="warm_start.skip_check: the hasty demonstrator's skip rate",
     )
     args = ap.parse_args()
     asyncio.run(_run(args))

@@ -96,7 +96,7 @@ def decision_probs(
 async def run(args: argparse.Namespace) -> None:
     data = yaml.safe_load(Path(args.config).read_text())
     apply_overrides(data, tuple(args.set))
-    data.setdefault("train", {})["warm_start_from"] = args.weights
+    data.setdefault("warm_start", {})["weights"] = args.weights
     cfg = RunConfig.from_dict(data)
     model_dir = make_model_dir(cfg, Path(args.workdir or Path(args.weights).parent))
     f = SessionFactory(cfg, model_dir, NullSink(), time.perf_counter)

@@ -56,9 +56,26 @@ def register(groups: Sub) -> None:
 def cmd_show(args: argparse.Namespace) -> int:
     if args.format == "schema":
         print(json.dumps(config_schema(), indent=2))
+    elif args.format == "yaml":
+        sys.stdout.write(with_choices(dump_config(default_config(), "yaml")))
     else:
         sys.stdout.write(dump_config(default_config(), args.format))
     return 0
+
+
+def with_choices(text: str) -> str:
+    """The default config's YAML with each field that takes one of a few names followed by
+    them as a comment (``loss: ppo  # ppo | decoupled | pg``); it still loads as it was."""
+    schema, section, out = config_schema(), "", []
+    for line in text.splitlines():
+        indent = len(line) - len(line.lstrip(" "))
+        name = line.strip().split(":", 1)[0]
+        if indent == 0:
+            section = name
+        path = f"{section}.{name}" if indent else name
+        choices = schema.get(path, {}).get("choices")
+        out.append(f"{line}  # {' | '.join(choices)}" if choices else line)
+    return "\n".join(out) + "\n"
 
 
 def load(path: str) -> Any:

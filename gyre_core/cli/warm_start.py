@@ -4,7 +4,7 @@ gyre warm-start CONFIG --out W.safetensors [--set SECTION.FIELD=VALUE ...] [--ev
     [--workdir DIR]
 
 Writes the weights (safetensors) and a JSON of the same stem beside them
-(runtime/warm_file.py); a run with ``train.warm_start_from: W.safetensors`` begins from them.
+(runtime/warm_file.py); a run with ``warm_start.weights: W.safetensors`` begins from them.
 Progress (model build, warm-start steps, benchmarks) goes to stderr.
 """
 

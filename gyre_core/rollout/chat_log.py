@@ -1,5 +1,5 @@
 """Demonstrations from outside a run: a ``gyre.trajectory/v1`` file, or an OpenAI-format
-message log, read as rollouts (``train.warm_start_data``).
+message log, read as rollouts (``warm_start.data``).
 
 A message log is JSONL, one conversation a line::
 

@@ -1,5 +1,6 @@
-"""The run's ``rollout`` section: the task suite, the batch per step, the benchmark, and
-each session's budgets (turns, context, tokens per call, sampling, time)."""
+"""The run's ``rollout`` section: the task suite, the batch per step, the benchmark, each
+session's budgets (turns, context, tokens per call, sampling, time) and what the built-in
+harness does in a session (sub-agents, retries: ``HarnessOptions.of``)."""
 
 from __future__ import annotations
 
@@ -108,4 +109,18 @@ class RolloutConfig:
         "an unseen vocabulary, 'heldout' = unseen tasks in the train "
         "vocabulary",
         choices=("benchmark", "heldout"),
+    )
+    delegate: bool = config_field(
+        False,
+        "the built-in harness hands each component of a task to a sub-agent "
+        "with its own context, whose result the main agent reads",
+    )
+    subagent_max_turns: int = config_field(
+        0, "tool calls a sub-agent makes (0 = max_turns // components, at least 1)", min=0
+    )
+    max_retries: int = config_field(
+        2,
+        "restores of a session to its last save point after a failure or a streak of "
+        "error observations (the built-in harness)",
+        min=0,
     )

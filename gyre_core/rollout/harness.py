@@ -404,7 +404,7 @@ async def run_session(
     """Run one agent session on ``env`` (already constructed, not yet reset) and return
     its rollout. ``config``: the run's ``rollout`` section, whose budgets the session keeps
     (a ``time_budget_s`` or ``token_budget`` of 0 sets no limit); ``options``: the
-    harness's own knobs. ``tokenizer``: a transformers tokenizer or any object with
+    harness's own knobs (default: ``config``'s, :meth:`HarnessOptions.of`). ``tokenizer``: a transformers tokenizer or any object with
     ``encode``/``decode``; it must be the one the policy's engines use."""
     if not rollout_id:
         raise ValueError("rollout_id must be a non-empty string")
@@ -413,7 +413,7 @@ async def run_session(
         agent=agent,
         codec=tokenizer if isinstance(tokenizer, Codec) else Codec(tokenizer),
         cfg=config or RolloutConfig(),
-        options=options or HarnessOptions(),
+        options=options or HarnessOptions.of(config or RolloutConfig()),
         sink=sink or NullSink(),
         rollout_id=rollout_id,
         group_id=group_id or rollout_id,

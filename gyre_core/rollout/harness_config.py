@@ -1,21 +1,34 @@
-"""``HarnessOptions``: the harness's own knobs, beyond the budgets of the run's ``rollout``
-section (``RolloutConfig``: turns, context, tokens per call, temperature, time and token
-budgets, tool time scale), which every session takes as its config."""
+"""``HarnessOptions``: what the built-in harness does in a session beyond the budgets of the
+run's ``rollout`` section (turns, context, tokens per call, temperature, time and token
+budgets, tool time scale), which every session takes as its config.
+
+A run's sessions take them from that section (:meth:`HarnessOptions.of`: ``rollout.delegate``,
+``rollout.subagent_max_turns``, ``rollout.max_retries``). The error streak that counts as a
+failure and how often progress is reported are constants no run config sets
+(:data:`RETRY_AFTER_ERRORS`, :data:`PROGRESS_EVERY`); research scripts and tests may still
+pass other values."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gyre_core.rollout.config import RolloutConfig
+
+RETRY_AFTER_ERRORS = 3  # this many error observations in a row count as a failure
+PROGRESS_EVERY = 1  # emit rollout_progress every k turns
 
 
 @dataclass(frozen=True, slots=True)
 class HarnessOptions:
-    """Behaviour of :func:`~gyre_core.rollout.harness.run_session` that no run config sets
-    (research scripts and tests do); validated once at construction."""
+    """Behaviour of :func:`~gyre_core.rollout.harness.run_session`, validated once at
+    construction; a run's come from its ``rollout`` section (:meth:`of`)."""
 
     delegate: bool = False  # hand each component to a sub-agent with its own context
     max_retries: int = 2  # restores to a save point, per session
-    retry_after_errors: int = 3  # this many error observations in a row count as a failure
-    progress_every: int = 1  # emit rollout_progress every k turns
+    retry_after_errors: int = RETRY_AFTER_ERRORS
+    progress_every: int = PROGRESS_EVERY
     subagent_max_turns: int | None = None  # None: max_turns // components (at least 1)
 
     def __post_init__(self) -> None:
@@ -30,6 +43,13 @@ class HarnessOptions:
         if not isinstance(self.delegate, bool):
             raise ValueError(f"delegate must be True or False, got {self.delegate!r}")
 
+    @classmethod
+    def of(cls, rollout: RolloutConfig) -> HarnessOptions:
+        """The options of a run's sessions: its ``rollout`` section's (defaults: the same
+        as ``HarnessOptions()``)."""
+        cap = rollout.subagent_max_turns or None
+        return cls(rollout.delegate, rollout.max_retries, subagent_max_turns=cap)
+
 
 def _positive_int(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
@@ -38,4 +58,4 @@ def _positive_int(name: str, value: object) -> None:
         raise ValueError(f"{name} must be >= 1, got {value}")
 
 
-__all__ = ["HarnessOptions"]
+__all__ = ["PROGRESS_EVERY", "RETRY_AFTER_ERRORS", "HarnessOptions"]

@@ -10,7 +10,7 @@ for the policy that sampled them with its recorded log-probs (the importance rat
 An imported token is stamped one version older than the step that trains it: never masked as
 stale (``scheduler.staleness_bound`` >= 1 is required), and never taken for a token of the
 current weights (``train.behaviour: trainer`` replaces only those log-probs). A message log
-without log-probs trains only the supervised warm start (``train.warm_start_data``): it is
+without log-probs trains only the supervised warm start (``warm_start.data``): it is
 refused here, by conversation. A group of one rollout has advantage 0 and trains nothing, so
 a file without a group of two or more is refused too.
 """
@@ -47,7 +47,7 @@ class OffPolicyData:
                 raise OffPolicyError(
                     f"{name}: conversation {r.rollout_id!r} has an assistant message without "
                     "logprobs: a log without log-probs trains only the warm start "
-                    "(train.warm_start_data), not RL"
+                    "(warm_start.data), not RL"
                 )
             groups.setdefault(r.group_id, []).append(r)
         self.groups = [g for g in groups.values() if len(g) >= 2]

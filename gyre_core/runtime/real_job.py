@@ -134,9 +134,7 @@ async def _run(
     sampler = SysMetricsPoller(cfg.cluster.sysmetrics_s, lambda: slots, sink, clock)
     sampler.start()  # from the warm start on, beside the loop
     try:
-        warm_first = trainer.version == 0 and bool(
-            cfg.train.warm_start_steps or cfg.train.warm_start_from
-        )
+        warm_first = trainer.version == 0 and bool(cfg.warm_start.steps or cfg.warm_start.weights)
         state_ref = None  # the engines start from the checkpoint's weights
         if warm_first or trainer.source.kind == CHECKPOINT:
             await trainer.resize(slots)  # every unit trains the warm start or reads the state
@@ -303,20 +301,20 @@ def serve_on_actor(model_dir: str) -> Serve:
 async def _warm_start(
     cfg: RunConfig, trainer: TrainGroup, warm: WarmStart, workdir: Path, say: Callable[[str], None]
 ) -> None:
-    """The warm start before RL (run, cached or loaded from ``train.warm_start_from``), on
+    """The warm start before RL (run, cached or loaded from ``warm_start.weights``), on
     the group of every unit: the KL reference becomes the warm-started policy (a weights
     file in the run folder, which a resumed run keeps) and RL starts with fresh optimizer
     moments unless the config says otherwise."""
     say(
-        f"warm start: from {cfg.train.warm_start_from}"
-        if cfg.train.warm_start_from
-        else f"warm start: {cfg.train.warm_start_steps} supervised steps on scripted demos"
+        f"warm start: from {cfg.warm_start.weights}"
+        if cfg.warm_start.weights
+        else f"warm start: {cfg.warm_start.steps} supervised steps on scripted demos"
     )
     losses = await warm.run(trainer)
     if cfg.train.kl_coef > 0:  # the KL anchors RL to the warm start, not the init
         await trainer.write_weights(workdir / REFERENCE_FILE)
         trainer.reference = str(workdir / REFERENCE_FILE)  # the groups formed from now on
-    if cfg.train.warm_start_fresh_optimizer:
+    if cfg.warm_start.fresh_optimizer:
         await trainer.reset_optimizer()
     say(
         f"warm start done: {len(losses)} steps, last loss "

@@ -114,14 +114,14 @@ class SessionFactory:
         self.first_rollout_at: float | None = None  # when the first session started
         self.agent = ExternalAgent.from_config(cfg.rollout)  # None: the built-in harness
         self.suite = make_suite(cfg)
-        t = cfg.train
-        scripted = t.warm_start_steps and not t.warm_start_from and not t.warm_start_data
+        w = cfg.warm_start
+        scripted = w.steps and not w.weights and not w.data
         if scripted and not callable(getattr(self.suite.cls, "oracle_actions", None)):
             raise PluginError(
-                "train.warm_start_steps",
+                "warm_start.steps",
                 "a scripted warm start replays the environment's oracle_actions, which "
-                f"{self.suite.cls.__qualname__} lacks: set train.warm_start_from or "
-                "train.warm_start_data",
+                f"{self.suite.cls.__qualname__} lacks: set warm_start.weights or "
+                "warm_start.data",
             )
         r = cfg.rollout
         self.reward_fn = load_callable(r.reward_fn, "rollout.reward_fn") if r.reward_fn else None

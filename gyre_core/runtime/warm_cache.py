@@ -1,4 +1,4 @@
-"""A cache for warm-started trainers (``train.warm_start_cache``).
+"""A cache for warm-started trainers (``warm_start.cache``).
 
 A warm start is deterministic in what it depends on: the initial checkpoint (weights and
 tokenizer), the seed, the trainer settings, the demonstrations (suite, size, hints, harness
@@ -35,22 +35,18 @@ _CODE = (
     "runtime/warm_start.py",
     "trajectory/pack.py",
 )
-# Train fields the warm start never reads (supervised steps have no advantages).
-_AFTER = (
-    "warm_start_cache",
-    "warm_start_fresh_optimizer",
-    "advantage_mode",
-    "normalise_std",
-    "behaviour",
-)
+# Train fields the warm start never reads (supervised steps have no advantages, no policy
+# loss), and warm_start fields that only act after it.
+_AFTER = ("advantage_mode", "normalise_std", "behaviour", "loss", "ratio_cap")
+_WARM_AFTER = ("cache", "fresh_optimizer")
 _MODEL_FILES = ("model.safetensors", "tokenizer.json", "config.json")
 STATE_DIR = "state"  # an entry's trainer state: a sharded checkpoint (train/sharded.py)
 
 
 def _after(cfg: RunConfig) -> tuple[str, ...]:
-    """Train fields the warm start does not read: with its own ``warm_start_lr``, the RL
+    """Train fields the warm start does not read: with its own ``warm_start.lr``, the RL
     learning rate is only restored after it (and set again on load)."""
-    return (*_AFTER, "lr") if cfg.train.warm_start_lr else _AFTER
+    return (*_AFTER, "lr") if cfg.warm_start.lr else _AFTER
 
 
 def cache_key(cfg: RunConfig, model_dir: Path) -> str:
@@ -60,6 +56,7 @@ def cache_key(cfg: RunConfig, model_dir: Path) -> str:
     settings = {
         "seed": cfg.seed,
         "train": {k: v for k, v in asdict(cfg.train).items() if k not in _after(cfg)},
+        "warm_start": {k: v for k, v in asdict(cfg.warm_start).items() if k not in _WARM_AFTER},
         "rollout": {
             k: getattr(r, k)
             for k in (
@@ -70,13 +67,16 @@ def cache_key(cfg: RunConfig, model_dir: Path) -> str:
                 "context_budget",
                 "max_new_tokens",
                 "tasks_per_step",
+                "delegate",  # the harness options the demonstrations are played with
+                "subagent_max_turns",
+                "max_retries",
             )
         },
         "staleness": cfg.scheduler.staleness_bound,
     }
     h.update(json.dumps(settings, sort_keys=True).encode())
-    if cfg.train.warm_start_data:  # the demonstrations themselves, not only their path
-        h.update(Path(cfg.train.warm_start_data).read_bytes())
+    if cfg.warm_start.data:  # the demonstrations themselves, not only their path
+        h.update(Path(cfg.warm_start.data).read_bytes())
         h.update(cfg.model.chat_template.encode())  # a message log's tokens depend on it
     for name in _MODEL_FILES:
         path = model_dir / name

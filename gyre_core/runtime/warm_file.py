@@ -1,5 +1,5 @@
 """``gyre warm-start``: run a config's supervised warm start once, as ``gyre run`` runs it,
-and keep its weights for ``train.warm_start_from``.
+and keep its weights for ``warm_start.weights``.
 
 The file is a safetensors of the model's weights with a JSON of the same stem beside it:
 ``steps``, ``anneal_from`` (the step the annealing tail began at), ``seconds``, ``losses``
@@ -45,13 +45,13 @@ def write_warm_start(
     ``gyre run`` would build in ``workdir``, write the weights to ``out`` and the JSON
     beside them, and return that JSON's content. ``every`` > 0 scores the greedy
     benchmark every ``every`` steps (the warm start then runs in pieces of that many
-    steps; ``train.warm_start_until_loss`` is checked within each piece) and after the
+    steps; ``warm_start.until_loss`` is checked within each piece) and after the
     annealing tail; 0 runs it in one piece, exactly as ``gyre run`` does."""
-    cfg = replace(cfg, train=replace(cfg.train, warm_start_cache="", warm_start_from=""))
-    if cfg.train.warm_start_steps < 1:
+    cfg = replace(cfg, warm_start=replace(cfg.warm_start, cache="", weights=""))
+    if cfg.warm_start.steps < 1:
         raise ValueError(
-            "no warm start to run: train.warm_start_steps is 0 "
-            "(set it in the config or with --set train.warm_start_steps=N)"
+            "no warm start to run: warm_start.steps is 0 "
+            "(set it in the config or with --set warm_start.steps=N)"
         )
     out.parent.mkdir(parents=True, exist_ok=True)
     sink = sink or ev.NullSink()
@@ -75,8 +75,8 @@ async def _warm(
     trainer = sessions.make_trainer()
     target = LocalTrainer(trainer)
     warm = WarmStart(sessions)
-    t = cfg.train
-    cap = t.warm_start_steps
+    w = cfg.warm_start
+    cap = w.steps
     curve: dict[int, float] = {}
     routers: list[Router] = []  # made at the first score (the engine puts the model in eval)
 
@@ -98,10 +98,10 @@ async def _warm(
             want = min(len(losses) + every, cap)
             losses += await warm.run(target, first_step=len(losses), anneal=False, stop=want)
             await score(losses)
-            if len(losses) < want:  # train.warm_start_until_loss ended it
+            if len(losses) < want:  # warm_start.until_loss ended it
                 break
         main_steps = len(losses)
-        if t.warm_start_anneal_steps:
+        if w.anneal_steps:
             losses += await warm.settle(target, main_steps)
             await score(losses)
     for task in asyncio.all_tasks():  # the engine's idle loop

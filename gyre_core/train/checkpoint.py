@@ -27,6 +27,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from gyre_core.train.checkpoint_dirs import STATE_FILE, checkpoints
+from gyre_core.train.config import recorded_settings
 from gyre_core.train.trainer import WEIGHTS_FILE, Trainer
 
 FORMAT = "gyre.checkpoint/v1"
@@ -126,7 +127,7 @@ def load_checkpoint(
     state = json.loads(state_file.read_text())
     if state.get("format") != FORMAT:
         raise ValueError(f"{state_file}: format {state.get('format')!r}, expected {FORMAT!r}")
-    config = dict(state["config"])
+    config = recorded_settings(state["config"])
     mine = trainer.settings()
     if strict_config and config != mine:
         diff = sorted(k for k in mine.keys() | config.keys() if mine.get(k) != config.get(k))

@@ -1,11 +1,14 @@
-"""The run's ``train`` section: the optimizer, the PPO clip, how rewards weigh tokens, the
-supervised warm start before RL, and what keeps the trainer's memory down."""
+"""The run's ``train`` section: the optimizer, the policy loss and its clip, how rewards weigh
+tokens, imported rollouts, and what keeps the trainer's memory down. The supervised warm start
+before RL has its own section (``warm_start``: :mod:`gyre_core.train.warm_start_config`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from gyre_core.config_fields import config_field
+from gyre_core.train.loss_registry import LOSSES
 from gyre_core.trajectory.rewards import ADVANTAGE_MODES, Weighting
 
 # fp32: the model's own dtype throughout. bf16: float32 master weights, bfloat16 parameters
@@ -29,6 +32,20 @@ class TrainConfig:
         choices=ADVANTAGE_MODES,
     )
     normalise_std: bool = config_field(False, "divide group advantages by the group's reward std")
+    loss: str = config_field(
+        "ppo",
+        "policy loss: ppo (the importance-weighted, clipped PPO objective), decoupled (the "
+        "staleness weight apart from the clip, taken against the current weights) or pg "
+        "(the plain policy gradient -A * logp: no ratio, no clip)",
+        choices=LOSSES,
+    )
+    ratio_cap: float = config_field(
+        0.0,
+        "truncate the importance weight of a token at this (ppo: a negative-advantage "
+        "token's, dual-clip; decoupled: every token's staleness weight); above "
+        "1 + train.clip_high (0 = off)",
+        min=0.0,
+    )
     behaviour: str = config_field(
         "recorded",
         "behaviour log-prob of a token the current weights made: "
@@ -37,69 +54,6 @@ class TrainConfig:
         "which calls shared an engine batch and colocate runs repeat "
         "exactly); older tokens always use the recorded one",
         choices=("recorded", "trainer"),
-    )
-    warm_start_steps: int = config_field(
-        0, "supervised steps on scripted demonstrations first", min=0
-    )
-    warm_start_demos: int = config_field(
-        0, "fresh scripted demonstrations per warm-start step (0 = rollout.tasks_per_step)", min=0
-    )
-    warm_start_lr: float = config_field(
-        0.0, "learning rate of the warm start (0 = train.lr)", min=0.0
-    )
-    warm_start_skip_check: float = config_field(
-        0.0,
-        "share of checks the warm-start demonstrator skips "
-        "(a hasty demonstrator, docs/learning.md)",
-        min=0.0,
-        max=0.95,
-    )
-    warm_start_until_loss: float = config_field(
-        0.0,
-        "end the warm start early once the mean loss of its "
-        "last 20 steps is at or under this (0 = run every "
-        "step)",
-        min=0.0,
-    )
-    warm_start_anneal_steps: int = config_field(
-        0,
-        "steps after the warm start ends (its cap or its "
-        "target loss) at warm_start_anneal_lr, which settles "
-        "the copying a high rate keeps noisy",
-        min=0,
-    )
-    warm_start_anneal_lr: float = config_field(
-        0.0, "learning rate of those steps (0 = train.lr)", min=0.0
-    )
-    warm_start_settle_loss: float = config_field(
-        0.0,
-        "after the annealing tail, while the mean loss of its last 20 "
-        "steps is above this, another round: warm_start_anneal_steps at "
-        "warm_start_lr, then the tail again (0 = no rounds)",
-        min=0.0,
-    )
-    warm_start_rounds: int = config_field(
-        3, "the most rounds warm_start_settle_loss adds", min=0, max=100
-    )
-    warm_start_fresh_optimizer: bool = config_field(
-        True,
-        "RL starts with fresh AdamW moments after the "
-        "warm start (its moments, scaled to the warm "
-        "start's larger gradients, shrink RL's steps)",
-    )
-    warm_start_from: str = config_field(
-        "",
-        "weights file of an earlier warm start (a .safetensors written "
-        "by `gyre warm-start CONFIG --out FILE`) that RL begins from "
-        "instead of running one ('' = off)",
-        path=True,
-    )
-    warm_start_data: str = config_field(
-        "",
-        "demonstrations the warm start trains on instead of the scripted "
-        "demonstrator: a gyre.trajectory/v1 file or an OpenAI message log "
-        "(docs/agents.md; '' = scripted)",
-        path=True,
     )
     offpolicy_data: str = config_field(
         "",
@@ -110,12 +64,6 @@ class TrainConfig:
     )
     offpolicy_groups: int = config_field(
         1, "groups of train.offpolicy_data added to each RL step, cycling through the file", min=1
-    )
-    warm_start_cache: str = config_field(
-        "",
-        "folder keeping warm-started trainers keyed by everything "
-        "they depend on, reused by later runs ('' = off)",
-        path=True,
     )
     logit_chunk: int = config_field(
         1024,
@@ -140,3 +88,13 @@ class TrainConfig:
     def weighting(self) -> Weighting:
         """How the trainer turns rewards into token weights (the tree browser's too)."""
         return Weighting(self.advantage_mode, self.normalise_std)
+
+
+def recorded_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's recorded :meth:`Trainer.settings` as this code writes them: one
+    written before the ``warm_start`` section also records ``train.warm_start_*`` (they act
+    before RL, never on a step) and ``ratio_cap`` None where ``train.ratio_cap`` is 0."""
+    out = {k: v for k, v in settings.items() if not k.startswith("warm_start_")}
+    if "ratio_cap" in out and out["ratio_cap"] is None:
+        out["ratio_cap"] = 0.0
+    return out

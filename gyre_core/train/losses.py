@@ -12,7 +12,9 @@ clipping made inert.
 policy, and is clipped to ``[1 - clip_low, 1 + clip_high]`` so that a stale token cannot
 pull the policy far. ``ratio_cap`` (optional) truncates the importance weight of a token
 with a negative advantage, whose PPO objective is otherwise unbounded in ``r`` (dual-clip).
-``decoupled`` separates the two roles (see its docstring). ``pg`` is the plain importance-free policy gradient ``-A * logp``, as ``tree_pg_loss``.
+``decoupled`` separates the two roles (see its docstring). ``pg`` is the plain
+importance-free policy gradient ``-A * logp``, as ``tree_pg_loss``. A run picks one with
+``train.loss`` (the registry: :mod:`gyre_core.train.loss_registry`, torch-free).
 
 Tokens whose version is older than ``current_version - staleness_bound`` are never
 trained: :func:`fresh_mask` removes them before any loss sees them, and they are counted.
@@ -22,20 +24,21 @@ The KL penalty to a frozen reference uses the ``k3`` estimator
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
 
-from gyre_core.registry import Registry
+from gyre_core.train.loss_registry import LOSSES as LOSSES  # re-exported
+from gyre_core.train.loss_registry import LossFn as LossFn
+from gyre_core.train.loss_registry import register_loss as register_loss
 from gyre_core.trajectory.sample import PackedSample
 
 
 @dataclass(frozen=True, slots=True)
 class LossSettings:
     """What a loss reads of the trainer's settings (``train.clip_low``, ``train.clip_high``,
-    ``TrainerOptions.ratio_cap``, ``train.kl_coef``)."""
+    ``train.ratio_cap``, 0 there being None here, ``train.kl_coef``)."""
 
     clip_low: float
     clip_high: float
@@ -53,14 +56,6 @@ class TokenBatch:
     ref_logp: torch.Tensor | None = None  # frozen reference model's log-probs
 
 
-# A loss: (tokens, settings) -> (per-token objective to minimise [n], clipped [n] bool).
-LossFn = Callable[[TokenBatch, LossSettings], tuple[torch.Tensor, torch.Tensor]]
-LOSSES: Registry[LossFn] = Registry("loss")
-register_loss = LOSSES.register
-get_loss = LOSSES.lookup
-
-
-@register_loss("ppo")
 def ppo_loss(batch: TokenBatch, s: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
     adv = batch.advantage
     ratio = torch.exp(batch.logp - batch.behaviour)
@@ -76,7 +71,6 @@ def ppo_loss(batch: TokenBatch, s: LossSettings) -> tuple[torch.Tensor, torch.Te
     return -objective, clipped
 
 
-@register_loss("decoupled")
 def decoupled_ppo_loss(batch: TokenBatch, s: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
     """Decoupled PPO: the staleness correction is a separate, detached importance weight
     ``pi_prox / pi_behaviour`` (truncated at ``ratio_cap``), and the clipped ratio is taken
@@ -96,9 +90,17 @@ def decoupled_ppo_loss(batch: TokenBatch, s: LossSettings) -> tuple[torch.Tensor
     return -objective, clipped
 
 
-@register_loss("pg")
 def pg_loss(batch: TokenBatch, s: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
     return -batch.advantage * batch.logp, torch.zeros_like(batch.logp, dtype=torch.bool)
+
+
+BUILTIN: dict[str, LossFn] = {"ppo": ppo_loss, "decoupled": decoupled_ppo_loss, "pg": pg_loss}
+
+
+def get_loss(name: str) -> LossFn:
+    """The loss ``name`` (a name in :data:`LOSSES`; ``ValueError`` listing them otherwise)."""
+    entry = LOSSES.lookup(name)
+    return BUILTIN.get(name, entry)
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

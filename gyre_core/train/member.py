@@ -181,7 +181,7 @@ class TrainMember:
         self._trainer().trainer.reset_optimizer()
 
     def load_weights(self, path: str) -> None:
-        """Full weights from a file (``train.warm_start_from``): every member reads it."""
+        """Full weights from a file (``warm_start.weights``): every member reads it."""
         self._trainer().load_full_weights(load_file(path))
 
     def gather(self) -> dict[str, torch.Tensor] | None:

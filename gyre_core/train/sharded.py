@@ -40,7 +40,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from gyre_core.train.config import PRECISIONS
+from gyre_core.train.config import PRECISIONS, recorded_settings
 from gyre_core.train.losses import LossStats, count_fresh
 from gyre_core.train.trainer import Trainer, demo_sample, shard_by_tokens
 from gyre_core.trajectory.format import Rollout
@@ -327,7 +327,7 @@ def load_state(trainer: Trainer, directory: Path, *, strict: bool = True) -> int
     meta = json.loads((Path(directory) / TRAINER_FILE).read_text())
     if strict:
         mine = json.loads(json.dumps(trainer.settings()))
-        theirs = meta["settings"]
+        theirs = recorded_settings(meta["settings"])
         diff = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
         if diff:
             other = ", ".join(diff)

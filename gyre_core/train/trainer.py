@@ -35,7 +35,6 @@ from transformers import PreTrainedModel
 from gyre_core.config import RunConfig
 from gyre_core.train.config import PRECISIONS, TrainConfig
 from gyre_core.train.losses import (
-    LOSSES,
     LossSettings,
     LossStats,
     TokenBatch,
@@ -65,8 +64,6 @@ class TrainerOptions:
     """The trainer's own knobs beyond the run's ``train`` section (``TrainConfig``, which
     holds every setting a run config can change): research scripts and tests set these."""
 
-    loss: str = "ppo"  # a name in LOSSES
-    ratio_cap: float | None = None  # truncate negative-advantage importance weights here
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
@@ -76,9 +73,6 @@ class TrainerOptions:
         def bad(name: str, want: str) -> ValueError:
             return ValueError(f"TrainerOptions.{name} must be {want}, got {getattr(self, name)!r}")
 
-        LOSSES.lookup(self.loss)
-        if self.ratio_cap is not None and not self.ratio_cap > 1:
-            raise bad("ratio_cap", "> 1 or None")
         if not self.weight_decay >= 0:
             raise bad("weight_decay", ">= 0")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
@@ -175,10 +169,10 @@ class Trainer:
             )
         if config.logit_chunk < 0:
             raise ValueError(f"train.logit_chunk must be >= 0, got {config.logit_chunk}")
-        if options.ratio_cap is not None and not options.ratio_cap > 1 + config.clip_high:
+        if config.ratio_cap and not config.ratio_cap > 1 + config.clip_high:
             raise ValueError(
-                f"TrainerOptions.ratio_cap must be > 1 + train.clip_high "
-                f"({1 + config.clip_high}) or None, got {options.ratio_cap!r}"
+                f"train.ratio_cap must be > 1 + train.clip_high "
+                f"({1 + config.clip_high}) or 0, got {config.ratio_cap!r}"
             )
         for role, m in (("model", model), ("ref_model", ref_model)):
             backend = str(m.config._attn_implementation) if m is not None else None
@@ -195,14 +189,14 @@ class Trainer:
         self.seed = seed
         self.options = options
         self.loss_settings = LossSettings(
-            config.clip_low, config.clip_high, options.ratio_cap, config.kl_coef
+            config.clip_low, config.clip_high, config.ratio_cap or None, config.kl_coef
         )
         self.ref_model = ref_model
         if ref_model is not None:
             torch.nn.Module.train(ref_model, False)
             ref_model.requires_grad_(False)
         self.version = version
-        self.loss_fn = get_loss(options.loss)
+        self.loss_fn = get_loss(config.loss)
         self.plan = BatchPlan(config, staleness_bound)
         self.rebuild_optimizer()
         torch.manual_seed(seed)

@@ -1,5 +1,5 @@
 """``gyre warm-start``: a config's warm start run once, its weights and JSON written, and a
-run with ``train.warm_start_from`` beginning from exactly those weights."""
+run with ``warm_start.weights`` beginning from exactly those weights."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ TINY = {
     "model": {"tokenizer": "suite", "hidden_size": 64, "layers": 1},
     "rollout": {"hints": "status", "benchmark_split": "heldout", "tasks_per_step": 1,
                 "benchmark_tasks": 2, "max_turns": 4, "max_new_tokens": 8},
-    "train": {"lr": 1e-3, "warm_start_demos": 2, "warm_start_lr": 1e-2,
-              "warm_start_anneal_steps": 1},
+    "train": {"lr": 1e-3},
+    "warm_start": {"demos": 2, "lr": 1e-2, "anneal_steps": 1},
 }  # fmt: skip
 
 
@@ -38,12 +38,12 @@ def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_warm_start_writes_weights_that_a_run_then_begins_from(config, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "w" / "warm.safetensors"
-    args = ["warm-start", str(config), "--out", str(out), "--set", "train.warm_start_steps=3"]
+    args = ["warm-start", str(config), "--out", str(out), "--set", "warm_start.steps=3"]
     assert main([*args, "--workdir", str(tmp_path / "work")]) == 0
     meta = json.loads(out.with_suffix(".json").read_text())
     assert (meta["steps"], meta["anneal_from"], meta["benchmark_by_step"]) == (4, 3, {})
     assert len(meta["losses"]) == 4 and meta["seconds"] > 0
-    assert meta["config"]["train"]["warm_start_steps"] == 3  # the --set reached the config
+    assert meta["config"]["warm_start"]["steps"] == 3  # the --set reached the config
     err = capsys.readouterr().err
     assert "warm start 3/3, loss " in err and "warm start (anneal) 1/1" in err
 
@@ -58,7 +58,7 @@ def test_warm_start_writes_weights_that_a_run_then_begins_from(config, tmp_path,
     assert all(torch.equal(v, written[k]) for k, v in trainer.model.state_dict().items())
 
     # a run naming the file begins from those weights, with its losses for the summary
-    d = {**meta["config"], "train": {**meta["config"]["train"], "warm_start_from": str(out)}}
+    d = {**meta["config"], "warm_start": {**meta["config"]["warm_start"], "weights": str(out)}}
     again = SessionFactory(RunConfig.from_dict(d), Path(cfg.model.checkpoint), ListSink(),
                            lambda: 0.0)  # fmt: skip
     fresh = again.make_trainer()
@@ -71,7 +71,7 @@ def test_warm_start_writes_weights_that_a_run_then_begins_from(config, tmp_path,
 def test_warm_start_every_scores_the_benchmark_along_the_way(config, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "curve.safetensors"
     args = ["warm-start", str(config), "--out", str(out), "--every", "2",
-            "--set", "train.warm_start_steps=3", "--workdir", str(tmp_path / "work")]  # fmt: skip
+            "--set", "warm_start.steps=3", "--workdir", str(tmp_path / "work")]  # fmt: skip
     assert main(args) == 0
     meta = json.loads(out.with_suffix(".json").read_text())
     assert list(meta["benchmark_by_step"]) == ["2", "3", "4"]  # pieces of 2, the cap, the tail
@@ -82,7 +82,7 @@ def test_warm_start_every_scores_the_benchmark_along_the_way(config, tmp_path, c
 def test_warm_start_refuses_what_it_cannot_run(config, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     out = str(tmp_path / "w.safetensors")
     assert main(["warm-start", str(config), "--out", out]) == 2  # the config has no steps
-    assert "train.warm_start_steps" in capsys.readouterr().err
+    assert "warm_start.steps" in capsys.readouterr().err
     assert main(["warm-start", str(config), "--out", str(tmp_path / "w.pt")]) == 2
     assert main(["warm-start", str(config), "--out", out, "--set", "train"]) == 2
     assert "--set wants section.field=value" in capsys.readouterr().err

@@ -18,8 +18,8 @@ from gyre_core.config import RunConfig, config_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 CODE = [("rollout", "env", "subprocess:Popen"), ("rollout", "reward_fn", "os:system")]
-FILES = ["rollout.tasks", "model.checkpoint", "train.warm_start_from", "train.warm_start_data",
-         "train.offpolicy_data", "train.warm_start_cache"]  # fmt: skip
+FILES = ["rollout.tasks", "model.checkpoint", "warm_start.weights", "warm_start.data",
+         "train.offpolicy_data", "warm_start.cache"]  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -178,8 +178,8 @@ def test_a_checkpoint_is_named_by_run_and_version_and_checked_against_the_reader
              "model.checkpoint")  # fmt: skip
     _refused(_post(member, exp, _with(sim_config, "model.checkpoint", f"checkpoint:{ours.pk}@3")),
              "model.checkpoint")  # fmt: skip
-    _refused(_post(member, exp, _with(sim_config, "train.warm_start_from", f"checkpoint:{ours.pk}")),
-             "train.warm_start_from")  # fmt: skip
+    _refused(_post(member, exp, _with(sim_config, "warm_start.weights", f"checkpoint:{ours.pk}")),
+             "warm_start.weights")  # fmt: skip
     for value in (f"checkpoint:{ours.pk}@4", f"checkpoint:{ours.pk}"):
         made = _post(member, exp, _with(sim_config, "model.checkpoint", value))
         assert made.status_code == 201, made.content
@@ -242,7 +242,7 @@ def test_the_shipped_configs_the_platform_offers_pass_with_default_settings(
         made = _post(member, exp, copy.deepcopy(config))
         assert made.status_code == 201, (name, made.content)
         cfg = services.runnable_config(Run.objects.get(pk=made.json()["id"]))
-        for field in ("train.warm_start_from", "train.warm_start_cache"):
+        for field in ("warm_start.weights", "warm_start.cache"):
             value = _policy()._get(cfg, field)
             assert not value or Path(value).is_absolute()  # what the worker runs
 
@@ -254,7 +254,9 @@ def test_the_shipped_configs_pass_as_gyre_demo_loads_them(people, exp):
     for path in sorted((ROOT / "configs").glob("*.yaml")):
         config = load_config(path).to_dict()
         run = services.create_run(experiment=exp, config=config, launch=False)
-        assert services.runnable_config(run).train == load_config(path).train, path
+        want = load_config(path)
+        got = services.runnable_config(run)
+        assert (got.train, got.warm_start) == (want.train, want.warm_start), path
 
 
 def test_every_free_text_field_of_the_config_is_classified():
@@ -319,3 +321,75 @@ def test_a_dataset_is_named_by_id_and_only_its_teams(people, exp, sim_config, cl
     run = Run.objects.get(pk=made.json()["id"])
     path = Path(services.runnable_config(run).rollout.tasks)
     assert path.read_bytes() == b'{"id": "t1", "prompt": "add"}\n'  # what the worker reads
+
+
+def test_an_old_warm_start_field_is_refused_with_its_new_name(people, exp, sim_config, client_for):
+    member = client_for(people["member"])
+    old = _with(sim_config, "train.warm_start_from", "configs/warm-start/x.safetensors")
+    problem = _refused(_post(member, exp, old), "train.warm_start_from")
+    assert "moved to warm_start.weights" in problem
+    assert not Run.objects.filter(experiment=exp).exists()
+
+
+def test_stored_configs_move_their_warm_start_fields() -> None:
+    """Runs stored before the ``warm_start`` section (every field of ``train``, as
+    ``RunConfig.to_dict`` wrote them) run, resume and fork after the migration."""
+    import importlib
+
+    runs = importlib.import_module("gyre_web.runs.migrations.0009_warm_start_section")
+    sweeps = importlib.import_module("gyre_web.sweeps.migrations.0002_warm_start_section")
+    from gyre_core.config import ConfigError
+
+    new = RunConfig.from_dict({"warm_start": {"steps": 5, "weights": "w.safetensors"}}).to_dict()
+    stored = runs.back(new)  # the layout before
+    assert stored["train"]["warm_start_from"] == "w.safetensors" and "warm_start" not in stored
+    with pytest.raises(ConfigError, match=r"moved to warm_start\.steps"):
+        RunConfig.from_dict(stored)
+    assert runs.moved(stored) == new and RunConfig.from_dict(runs.moved(stored)).to_dict() == new
+    assert runs.moved(new) is new  # a config of the new layout is left as it is
+    base = {"train": {"lr": 1e-3, "warm_start_from": "w"}}
+    assert sweeps._config(base, sweeps.PATHS) == {
+        "train": {"lr": 1e-3},
+        "warm_start": {"weights": "w"},
+    }
+    params = {"train.warm_start_lr": [0.1, 0.01], "train.lr": [1e-3]}
+    assert sweeps._keys(params, sweeps.PATHS) == {"warm_start.lr": [0.1, 0.01], "train.lr": [1e-3]}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_moves_a_stored_runs_warm_start_fields(people) -> None:
+    """A run stored before the ``warm_start`` section resumes after the migration: its
+    config moves, as a sweep's base config, swept paths and values do."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    before = [("runs", "0008_checkpoint_exports"), ("sweeps", "0001_initial")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    exp = old.get_model("runs", "Experiment").objects.create(team_id=people["team"].pk, name="m")
+    d = RunConfig.from_dict({"warm_start": {"steps": 5, "lr": 0.01}}).to_dict()
+    stored = {**{k: v for k, v in d.items() if k != "warm_start"},
+              "train": {**d["train"], **{f"warm_start_{'from' if k == 'weights' else k}": v
+                                         for k, v in d["warm_start"].items()}}}  # fmt: skip
+    run = old.get_model("runs", "Run").objects.create(
+        experiment=exp, config=stored, policy="elastic", backend="real"
+    )
+    sweep = old.get_model("sweeps", "Sweep").objects.create(
+        experiment=exp, base_config={"train": {"warm_start_from": "w"}}, mode="grid",
+        params={"train.warm_start_lr": [0.1]}, max_concurrent=1,
+    )  # fmt: skip
+    old.get_model("sweeps", "SweepRun").objects.create(
+        sweep=sweep, run=run, index=0, values={"train.warm_start_lr": 0.1}
+    )
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    from gyre_web.sweeps.models import Sweep, SweepRun
+
+    assert Run.objects.get(pk=run.pk).config == d
+    assert RunConfig.from_dict(Run.objects.get(pk=run.pk).config).warm_start.steps == 5
+    s = Sweep.objects.get(pk=sweep.pk)
+    assert (s.base_config, s.params) == ({"train": {}, "warm_start": {"weights": "w"}},
+                                         {"warm_start.lr": [0.1]})  # fmt: skip
+    assert SweepRun.objects.get(sweep=s).values == {"warm_start.lr": 0.1}

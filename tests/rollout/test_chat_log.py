@@ -1,6 +1,6 @@
 """Demonstrations from outside a run: OpenAI message logs (with or without the model's token
 ids and log-probs) and gyre.trajectory/v1 files, read as rollouts, refused by line and field
-when bad, and trained on by the warm start (``train.warm_start_data``)."""
+when bad, and trained on by the warm start (``warm_start.data``)."""
 
 from __future__ import annotations
 
@@ -101,19 +101,17 @@ def test_a_bad_line_is_refused_by_line_and_field(
 
 def test_the_warm_start_trains_on_a_message_log(tmp_path) -> None:  # type: ignore[no-untyped-def]
     d: dict[str, Any] = {"model": {"layers": 1},
-                         "train": {"warm_start_steps": 6, "warm_start_demos": 2, "warm_start_lr": 1e-2}}  # fmt: skip
+                         "warm_start": {"steps": 6, "demos": 2, "lr": 1e-2}}  # fmt: skip
     model_dir = make_model_dir(RunConfig.from_dict(d), tmp_path)
     from transformers import AutoTokenizer
 
     fmt = ChatFormat(AutoTokenizer.from_pretrained(str(model_dir)))
     log = tmp_path / "demos.jsonl"
     log.write_text("".join(json.dumps(conversation(fmt, exact=e)) + "\n" for e in (True, False)))
-    d["train"]["warm_start_data"] = str(log)
+    d["warm_start"]["data"] = str(log)
     cfg = RunConfig.from_dict({**d, "model": {"checkpoint": str(model_dir)}})
     factory = SessionFactory(cfg, model_dir, ListSink(), lambda: 0.0)
     losses = asyncio.run(WarmStart(factory).run(factory.make_trainer()))
     assert len(losses) == 6 and losses[-1] < losses[0]  # it learns the logged replies
     with pytest.raises(ConfigError, match="not both"):
-        RunConfig.from_dict(
-            {"train": {"warm_start_data": str(log), "warm_start_from": "w.safetensors"}}
-        )
+        RunConfig.from_dict({"warm_start": {"data": str(log), "weights": "w.safetensors"}})

@@ -219,3 +219,23 @@ def test_coding_suite_scripted_runs_real_pytest(tok: Any) -> None:
     assert "visible tests: 1/1 passed" in texts[2]  # the real pytest output, in context
     assert "write_file solution.py\ndef fizzbuzz" in texts[0]  # the reference solution
     assert env.env.last_report is not None and env.env.last_report.passed == 4
+
+
+def test_a_run_config_reaches_the_harness_options(tok: Any) -> None:
+    """``rollout.delegate``, ``rollout.subagent_max_turns`` and ``rollout.max_retries`` are
+    what a run's sessions do (no ``options`` given: the section's); their defaults are the
+    harness's own defaults."""
+    from gyre_core.config import RunConfig
+
+    assert HarnessOptions.of(RunConfig().rollout) == HarnessOptions()
+    rollout = {"delegate": True, "subagent_max_turns": 3, "max_retries": 0}
+    section = RunConfig.from_dict({"rollout": rollout}).rollout
+    assert HarnessOptions.of(section) == HarnessOptions(True, 0, subagent_max_turns=3)
+    env = make_env("repo", "train", 0, seed=0)
+    config = session_config(max_turns=200, **rollout)
+    r = asyncio.run(run_session(env, ScriptedAgent(env, tok), tok, config, rollout_id="r"))
+    assert {c.agent for c in r.calls} >= {"main", "sub-0"}  # delegated
+    assert next(c.kind for c in r.calls if c.agent == "sub-0") == "subagent"
+    assert all(
+        sum(c.agent == a for c in r.calls) <= 3 for a in {c.agent for c in r.calls} - {"main"}
+    )

@@ -77,9 +77,9 @@ def test_plugin_paths_and_fields_are_refused_by_name(tmp_path) -> None:  # type:
     # a scripted warm start replays the environment's oracle: refused at the run's start,
     # by field, for a class without one
     cfg = RunConfig.from_dict({"model": {"layers": 1}, "rollout": {"env": ENV},
-                               "train": {"warm_start_steps": 2}})  # fmt: skip
+                               "warm_start": {"steps": 2}})  # fmt: skip
     model_dir = make_model_dir(cfg, tmp_path)
-    with pytest.raises(PluginError, match=r"train\.warm_start_steps: .*oracle_actions.*WordEnv"):
+    with pytest.raises(PluginError, match=r"warm_start\.steps: .*oracle_actions.*WordEnv"):
         SessionFactory(cfg, model_dir, ListSink(), lambda: 0.0)
 
 

@@ -1,4 +1,4 @@
-"""The warm start `make demo` ships (configs/demo.yaml's ``train.warm_start_from``): it fits
+"""The warm start `make demo` ships (configs/demo.yaml's ``warm_start.weights``): it fits
 the model and the tokenizer that the demo's config builds, and its record says how it was
 made (a target reached, the command's config)."""
 
@@ -19,7 +19,7 @@ DEMO = ROOT / "configs" / "demo.yaml"
 
 def test_the_shipped_warm_start_fits_the_demos_model_and_tokenizer(tmp_path) -> None:
     cfg = load_config(DEMO)
-    weights = ROOT / cfg.train.warm_start_from
+    weights = ROOT / cfg.warm_start.weights
     meta = json.loads(weights.with_suffix(".json").read_text())
     assert meta["missed_target"] is None and meta["steps"] > meta["anneal_from"] > 0
     learn = load_config(ROOT / "configs" / "learn-elastic.yaml")
@@ -36,7 +36,7 @@ def test_the_shipped_warm_start_fits_the_demos_model_and_tokenizer(tmp_path) -> 
 
 def test_a_warm_start_file_of_another_tokenizer_is_refused(tmp_path) -> None:
     cfg = load_config(DEMO)
-    weights = ROOT / cfg.train.warm_start_from
+    weights = ROOT / cfg.warm_start.weights
     copy = tmp_path / "w.safetensors"
     copy.write_bytes(weights.read_bytes())
     meta = json.loads(weights.with_suffix(".json").read_text())

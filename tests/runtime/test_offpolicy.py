@@ -130,7 +130,7 @@ def test_a_run_trains_imported_groups_beside_its_own(ray_cluster, tmp_path) -> N
     d = yaml.safe_load((ROOT / "configs" / "demo-elastic.yaml").read_text())
     d.update(steps=2, name="offpolicy", cluster={"units": 3})
     d["rollout"].update(tasks_per_step=1, group_size=2, benchmark_tasks=1, max_turns=4)
-    d["train"] = {"warm_start_steps": 0}
+    d["train"], d["warm_start"] = {}, {"steps": 0}
     model_dir = make_model_dir(RunConfig.from_dict(d), tmp_path / "m")
     fmt = ChatFormat(AutoTokenizer.from_pretrained(str(model_dir)))
     log = chat_log(fmt, [("a1", "A", 1.0, True), ("a2", "A", 0.0, True), ("b1", "B", 0.0, True),

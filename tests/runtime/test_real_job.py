@@ -81,12 +81,13 @@ def test_a_resumed_run_keeps_the_warm_started_kl_reference(ray_cluster, model_di
     # A resumed run skips the warm start; its KL reference must still be the warm-started
     # policy, not the checkpoint it was built from. With a learning rate too small to move
     # the weights, the policy at the resumed step is that reference: KL 0.
-    train = {"warm_start_steps": 3, "warm_start_demos": 1, "warm_start_lr": 1e-2,
-             "kl_coef": 0.5, "lr": 1e-12}  # fmt: skip
-    first = run_job(_cfg(model_dir, steps=1, train=train), sink=ListSink(), workdir=tmp_path)
+    train, warm = {"kl_coef": 0.5, "lr": 1e-12}, {"steps": 3, "demos": 1, "lr": 1e-2}
+    first = run_job(_cfg(model_dir, steps=1, train=train, warm_start=warm), sink=ListSink(),
+                    workdir=tmp_path)  # fmt: skip
     assert first["steps"] == 1 and (tmp_path / "reference.safetensors").exists()
     sink = ListSink()
-    out = run_job(_cfg(model_dir, steps=2, train=train), sink=sink, workdir=tmp_path, resume=True)
+    out = run_job(_cfg(model_dir, steps=2, train=train, warm_start=warm), sink=sink,
+                  workdir=tmp_path, resume=True)  # fmt: skip
     assert out["steps"] == 2
     (resumed,) = [e for e in sink.events if e.kind == "step_finished"]
     assert abs(resumed.metrics["kl"]) < 1e-6, resumed.metrics
@@ -127,8 +128,8 @@ def test_rl_after_a_warm_start_starts_with_fresh_optimizer_moments(
     ray_cluster, model_dir, tmp_path, fresh
 ):
 
-    train = {"warm_start_steps": 3, "warm_start_demos": 1, "warm_start_fresh_optimizer": fresh}
-    out = run_job(_cfg(model_dir, steps=1, train=train), sink=ListSink(), workdir=tmp_path)
+    warm = {"steps": 3, "demos": 1, "fresh_optimizer": fresh}
+    out = run_job(_cfg(model_dir, steps=1, warm_start=warm), sink=ListSink(), workdir=tmp_path)
     assert out["status"] == "succeeded" and out["warm_start_steps"] == 3
     ck = read_checkpoint(latest_checkpoint(tmp_path / "checkpoints"))
     steps = {int(s["step"]) for s in ck["optim"]["state"].values()}
@@ -139,12 +140,27 @@ def test_rl_after_a_warm_start_starts_with_fresh_optimizer_moments(
 def test_the_kl_reference_is_the_warm_started_policy(ray_cluster, model_dir, tmp_path):
     # With a warm start, RL's KL anchor is the warm-started policy (version 0), not the
     # untrained checkpoint: at the first step the policy still is that reference.
-    train = {"warm_start_steps": 3, "warm_start_demos": 1, "kl_coef": 0.5}
+    warm = {"steps": 3, "demos": 1}
     sink = ListSink()
-    out = run_job(_cfg(model_dir, steps=1, train=train), sink=sink, workdir=tmp_path)
+    out = run_job(_cfg(model_dir, steps=1, train={"kl_coef": 0.5}, warm_start=warm), sink=sink,
+                  workdir=tmp_path)  # fmt: skip
     assert out["status"] == "succeeded"
     (first,) = [e for e in sink.events if e.kind == "step_finished"]
     assert abs(first.metrics["kl"]) < 1e-6, first.metrics
+
+
+def test_a_run_trains_the_loss_its_config_names(ray_cluster, model_dir, tmp_path):
+    # train.loss reaches the trainer of every training unit: the checkpoint records the
+    # settings its trainers were built with (the loss they resolved; a tiny run's metrics
+    # cannot tell the losses apart: on-policy ratios are 1 and its advantages mostly 0;
+    # tests/train/test_trainer_loss.py shows each loss makes a different step)
+    sink = ListSink()
+    out = run_job(_cfg(model_dir, train={"loss": "pg"}), sink=sink, workdir=tmp_path)
+    assert out["status"] == "succeeded" and out["steps"] == 2
+    meta = json.loads((latest_checkpoint(tmp_path / "checkpoints") / "trainer.json").read_text())
+    assert (meta["settings"]["loss"], meta["settings"]["ratio_cap"]) == ("pg", 0.0)
+    steps = [e.metrics for e in sink.events if e.kind == "step_finished"]
+    assert len(steps) == 2 and all(m["tokens"] > 0 and m["clip_fraction"] == 0 for m in steps)
 
 
 def _weights(workdir):
@@ -158,9 +174,10 @@ def test_a_colocate_run_repeats_exactly(ray_cluster, tmp_path):
     # step's metrics and the final weights, bit for bit. The learning demo's model, warm
     # started a little so that sessions run several calls: measured with
     # train.behaviour=recorded, the two runs' metrics differ here.
-    train = {"behaviour": "trainer", "lr": 1e-2, "warm_start_steps": 40,
-             "warm_start_demos": 2, "warm_start_lr": 1e-2}  # fmt: skip
+    train = {"behaviour": "trainer", "lr": 1e-2}
+    warm = {"steps": 40, "demos": 2, "lr": 1e-2}
     job = {**tiny_job("colocate"), "steps": 3, "checkpoint_every": 1, "train": train,
+           "warm_start": warm,
            "model": {"hidden_size": 128, "kv_heads": 4, "tokenizer": "suite",
                      "tie_embeddings": False}}  # fmt: skip
     job["rollout"] = {**job["rollout"], "tasks_per_step": 2, "group_size": 8,

@@ -147,7 +147,6 @@ def test_the_advantage_modes_are_the_configs_choices() -> None:
         ("weight_decay", -0.1),
         ("betas", (0.9, 1.0)),
         ("eps", 0.0),
-        ("ratio_cap", 1.0),
         ("attention", "flash"),
     ],
 )
@@ -158,12 +157,12 @@ def test_bad_option_values_name_the_field(field: str, value: Any) -> None:
 
 def test_an_unknown_loss_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown loss 'nope'; expected one of ppo"):
-        TrainerOptions(loss="nope")
+        make_trainer(tiny_model(), TrainConfig(loss="nope"))
 
 
 def test_ratio_cap_must_exceed_the_clip() -> None:
     with pytest.raises(ValueError, match=r"ratio_cap must be > 1 \+ train.clip_high \(1.28\)"):
-        make_trainer(tiny_model(), ratio_cap=1.1)
+        make_trainer(tiny_model(), TrainConfig(ratio_cap=1.1))
 
 
 def test_kl_needs_a_reference_model() -> None:
@@ -228,10 +227,10 @@ def test_a_few_steps_raise_the_rewarded_tokens_probability() -> None:
 @pytest.mark.slow
 def test_dp_width_does_not_change_the_step(float64_exact: None) -> None:
     rollouts = list(synth_rollouts(SYNTH))
-    cfg = TrainConfig(lr=1e-3, max_tokens=100, clip_high=0.28)
+    cfg = TrainConfig(lr=1e-3, max_tokens=100, clip_high=0.28, ratio_cap=4.0)
     runs = {}
     for width in (1, 3):
-        trainer = make_trainer(tiny_model(torch.float64), cfg, version=2, ratio_cap=4.0)
+        trainer = make_trainer(tiny_model(torch.float64), cfg, version=2)
         samples = trainer.prepare(rollouts, 2)
         assert len(samples) >= 4  # enough to fill 3 shards unevenly
         metrics = [trainer.step(rollouts, dp_width=width) for _ in range(2)]

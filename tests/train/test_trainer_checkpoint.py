@@ -92,3 +92,18 @@ def test_bad_checkpoints_and_mismatched_configs_are_refused(tmp_path: Path) -> N
     ):
         load_checkpoint(path, other)
     assert load_checkpoint(path, other, strict_config=False).config == trainer.settings()
+
+
+def test_a_checkpoint_written_before_the_warm_start_section_resumes(tmp_path: Path) -> None:
+    """Its settings also recorded train.warm_start_* and ratio_cap None (0 now): a run
+    checkpointed then resumes; a setting that changes a step is still refused."""
+    import json
+
+    trainer = new(tiny_model())
+    path = save_checkpoint(tmp_path, trainer)
+    state = json.loads((path / "state.json").read_text())
+    old = {**state["config"], "ratio_cap": None, "warm_start_steps": 2000, "warm_start_from": ""}
+    (path / "state.json").write_text(json.dumps({**state, "config": old}))
+    assert load_checkpoint(path, new(tiny_model())).config == trainer.settings()
+    with pytest.raises(ValueError, match=r"\(ratio_cap differ\)"):
+        load_checkpoint(path, new(tiny_model(), replace(CFG, ratio_cap=4.0)))

@@ -31,7 +31,7 @@ def grads_of(model: torch.nn.Module, loss: torch.Tensor) -> list[torch.Tensor]:
 @pytest.mark.parametrize("loss", ["ppo", "pg"])
 def test_on_policy_loss_is_the_plain_policy_gradient(loss: str, float64_exact: None) -> None:
     model = tiny_model(torch.float64)
-    trainer = make_trainer(model, TrainConfig(max_tokens=64), loss=loss)
+    trainer = make_trainer(model, TrainConfig(max_tokens=64, loss=loss))
     samples = trainer.prepare(sample_rollouts(model, groups=3), current_version=0)
     for s in samples:  # behaviour = current policy exactly: every ratio is 1
         s.logprob = np.where(s.trainable, current_logprobs(model, s), np.nan)
@@ -139,3 +139,35 @@ def test_k3_kl_is_zero_at_equality_and_positive_elsewhere() -> None:
 def test_unknown_loss_names_the_registered_ones() -> None:
     with pytest.raises(ValueError, match="unknown loss 'dpo'; expected one of ppo, decoupled, pg"):
         get_loss("dpo")
+
+
+def test_each_loss_a_run_config_names_trains_a_step(float64_exact: None) -> None:
+    """``train.loss`` reaches the trainer: on the same stale batch each registered loss is
+    the function its step uses, and the three give three different steps (the default,
+    ppo with no ratio cap, is the loss every run trained before ``train.loss``)."""
+    from gyre_core.config import RunConfig
+    from gyre_core.train.losses import BUILTIN, LOSSES
+    from gyre_core.train.trainer import Trainer
+
+    default = RunConfig().train
+    assert (default.loss, default.ratio_cap) == ("ppo", 0.0)
+    rollouts = sample_rollouts(tiny_model(torch.float64), groups=3)
+    rng = np.random.default_rng(0)
+    objective, clipped, grads = {}, {}, {}
+    for name in LOSSES:
+        cfg = RunConfig.from_dict({"train": {"loss": name, "max_tokens": 64}})
+        model = tiny_model(torch.float64)
+        trainer = Trainer(model, cfg.train, staleness_bound=cfg.scheduler.staleness_bound,
+                          seed=cfg.seed)  # fmt: skip
+        assert trainer.loss_fn is BUILTIN[name] and trainer.loss_settings.ratio_cap is None
+        samples = trainer.prepare(rollouts, current_version=0)
+        for s in samples:  # an older behaviour policy: ratios away from 1, some clipped
+            noise = rng.normal(0.0, 0.5, size=len(s.trainable))
+            s.logprob = np.where(s.trainable, current_logprobs(model, s) + noise, np.nan)
+        g, stats = trainer.compute_grads(samples)
+        objective[name], clipped[name] = stats.objective, stats.clipped
+        grads[name] = torch.cat([v.flatten() for v in g.values()])
+    assert list(objective) == ["ppo", "decoupled", "pg"]
+    assert clipped["ppo"] > 0 and clipped["pg"] == 0  # pg has no clip
+    for a, b in (("ppo", "decoupled"), ("ppo", "pg"), ("decoupled", "pg")):
+        assert objective[a] != objective[b] and not torch.allclose(grads[a], grads[b]), (a, b)

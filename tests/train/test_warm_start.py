@@ -18,7 +18,8 @@ LEARN = {
     "model": {"tokenizer": "suite", "hidden_size": 64, "layers": 1},
     "rollout": {"hints": "status", "benchmark_split": "heldout", "tasks_per_step": 1,
                 "group_size": 2, "benchmark_tasks": 2, "max_turns": 6, "context_budget": 2048},
-    "train": {"lr": 1e-3, "warm_start_steps": 4, "warm_start_demos": 2, "warm_start_lr": 1e-2},
+    "train": {"lr": 1e-3},
+    "warm_start": {"steps": 4, "demos": 2, "lr": 1e-2},
 }  # fmt: skip
 
 
@@ -61,13 +62,13 @@ def test_learning_fields_are_validated() -> None:
     with pytest.raises(ConfigError) as err:
         RunConfig.from_dict({"rollout": {"hints": "on", "benchmark_split": "test"},
                              "model": {"tokenizer": "bpe"},
-                             "train": {"warm_start_demos": -1, "warm_start_lr": -1.0}})  # fmt: skip
+                             "warm_start": {"demos": -1, "lr": -1.0}})  # fmt: skip
     paths = {p for p, _ in err.value.errors}
     assert paths == {"rollout.hints", "rollout.benchmark_split", "model.tokenizer",
-                     "train.warm_start_demos", "train.warm_start_lr"}  # fmt: skip
+                     "warm_start.demos", "warm_start.lr"}  # fmt: skip
     d = RunConfig().to_dict()
     assert (d["rollout"]["hints"], d["rollout"]["benchmark_split"]) == ("off", "benchmark")
-    assert (d["model"]["tokenizer"], d["train"]["warm_start_demos"]) == ("generic", 0)
+    assert (d["model"]["tokenizer"], d["warm_start"]["demos"]) == ("generic", 0)
 
 
 def test_session_reward_follows_the_configured_kind(model_dir) -> None:  # type: ignore[no-untyped-def]
@@ -237,8 +238,8 @@ def test_hasty_demonstrator_writes_everything_and_checks_only_some(model_dir) ->
     with pytest.raises(ValueError, match="skip_check"):
         ScriptedAgent(env, None, skip_check=1.0)  # type: ignore[arg-type]
     with pytest.raises(ConfigError) as err:
-        RunConfig.from_dict({"train": {"warm_start_skip_check": 1.0}})
-    assert {p for p, _ in err.value.errors} == {"train.warm_start_skip_check"}
+        RunConfig.from_dict({"warm_start": {"skip_check": 1.0}})
+    assert {p for p, _ in err.value.errors} == {"warm_start.skip_check"}
 
 
 def test_every_hasty_choice_checks_with_probability_one_minus_q(model_dir) -> None:  # type: ignore[no-untyped-def]
@@ -270,7 +271,7 @@ def test_warm_start_cache_reuses_an_identical_warm_start_exactly(model_dir, tmp_
     from gyre_core.runtime import warm_cache
 
     d = {**LEARN, "model": {"checkpoint": str(model_dir)},
-         "train": {**LEARN["train"], "warm_start_cache": str(tmp_path / "cache")}}  # fmt: skip
+         "warm_start": {**LEARN["warm_start"], "cache": str(tmp_path / "cache")}}  # fmt: skip
     cfg = RunConfig.from_dict(d)
 
     def warm(c: RunConfig):  # type: ignore[no-untyped-def]
@@ -294,12 +295,19 @@ def test_warm_start_cache_reuses_an_identical_warm_start_exactly(model_dir, tmp_
     )  # the optimizer's moments come back too: RL continues as if it had trained them
     assert t2.version == 0 and [g["lr"] for g in t2.optimizer.param_groups] == [1e-3]
     # anything the warm start depends on changes the key
-    other = RunConfig.from_dict({**d, "train": {**d["train"], "warm_start_steps": 3}})
+    other = RunConfig.from_dict({**d, "warm_start": {**d["warm_start"], "steps": 3}})
     assert warm_cache.cache_key(other, model_dir) != warm_cache.cache_key(cfg, model_dir)
     assert warm(other)[0].warm_start_cached == ""
+    delegated = RunConfig.from_dict({**d, "rollout": {**d["rollout"], "delegate": True}})
+    assert warm_cache.cache_key(delegated, model_dir) != warm_cache.cache_key(cfg, model_dir)
     # the RL rate is not read by a warm start with its own rate: same entry, this run's rate
     faster = RunConfig.from_dict({**d, "train": {**d["train"], "lr": 5e-4}})
     assert warm_cache.cache_key(faster, model_dir) == warm_cache.cache_key(cfg, model_dir)
+    # nor RL's policy loss, nor what acts after the warm start
+    after = {"train": {**d["train"], "loss": "pg", "ratio_cap": 2.0},
+             "warm_start": {**d["warm_start"], "fresh_optimizer": False}}  # fmt: skip
+    later = RunConfig.from_dict({**d, **after})
+    assert warm_cache.cache_key(later, model_dir) == warm_cache.cache_key(cfg, model_dir)
     third, t3, _ = warm(faster)
     assert third.warm_start_cached and [g["lr"] for g in t3.optimizer.param_groups] == [5e-4]
 
@@ -307,7 +315,7 @@ def test_warm_start_cache_reuses_an_identical_warm_start_exactly(model_dir, tmp_
 def test_warm_start_ends_early_at_the_target_loss(model_dir) -> None:  # type: ignore[no-untyped-def]
     def run(until: float) -> list[float]:
         d = {**LEARN, "model": {"checkpoint": str(model_dir)},
-             "train": {**LEARN["train"], "warm_start_steps": 22, "warm_start_until_loss": until}}  # fmt: skip
+             "warm_start": {**LEARN["warm_start"], "steps": 22, "until_loss": until}}  # fmt: skip
         factory = SessionFactory(RunConfig.from_dict(d), model_dir, ListSink(), lambda: 0.0)
         return asyncio.run(WarmStart(factory).run(factory.make_trainer()))
 
@@ -316,9 +324,9 @@ def test_warm_start_ends_early_at_the_target_loss(model_dir) -> None:  # type: i
 
 
 def test_anneal_steps_follow_the_target_loss_at_their_own_rate(model_dir) -> None:  # type: ignore[no-untyped-def]
-    def run(**train: float) -> tuple[list[float], WarmStart]:
+    def run(**warm_start: float) -> tuple[list[float], WarmStart]:
         d = {**LEARN, "model": {"checkpoint": str(model_dir)},
-             "train": {**LEARN["train"], "warm_start_steps": 22, **train}}  # fmt: skip
+             "warm_start": {**LEARN["warm_start"], "steps": 22, **warm_start}}  # fmt: skip
         factory = SessionFactory(RunConfig.from_dict(d), model_dir, ListSink(), lambda: 0.0)
         trainer = factory.make_trainer()
         warm = WarmStart(factory)
@@ -328,13 +336,11 @@ def test_anneal_steps_follow_the_target_loss_at_their_own_rate(model_dir) -> Non
 
     # Stopped at 20 steps by the target loss, then 3 anneal steps: at the warm start's own
     # rate they are exactly the 21st-23rd steps of a longer warm start ...
-    same, _ = run(warm_start_until_loss=1e6, warm_start_anneal_steps=3,
-                  warm_start_anneal_lr=1e-2)  # fmt: skip
-    longer, _ = run(warm_start_steps=23)
+    same, _ = run(until_loss=1e6, anneal_steps=3, anneal_lr=1e-2)
+    longer, _ = run(steps=23)
     assert len(same) == 23 and same == longer
     # ... and at a lower rate they train the same demonstrations differently.
-    low, warm = run(warm_start_until_loss=1e6, warm_start_anneal_steps=3,
-                    warm_start_anneal_lr=1e-4)  # fmt: skip
+    low, warm = run(until_loss=1e6, anneal_steps=3, anneal_lr=1e-4)
     assert low[:20] == same[:20] and low[20:] != same[20:]
     assert warm.warm_start_losses == low
 
@@ -343,7 +349,7 @@ def test_warm_start_continues_where_an_earlier_one_stopped(model_dir) -> None:  
     d = {**LEARN, "model": {"checkpoint": str(model_dir)}}
 
     def factory(steps: int) -> SessionFactory:
-        c = RunConfig.from_dict({**d, "train": {**LEARN["train"], "warm_start_steps": steps}})
+        c = RunConfig.from_dict({**d, "warm_start": {**LEARN["warm_start"], "steps": steps}})
         return SessionFactory(c, model_dir, ListSink(), lambda: 0.0)
 
     whole = factory(4)
@@ -371,7 +377,7 @@ def test_warm_start_from_a_weights_file(model_dir, tmp_path) -> None:  # type: i
     save_file({k: v.contiguous() for k, v in trainer.model.state_dict().items()}, str(path))
     path.with_suffix(".json").write_text(json.dumps({"losses": losses, "seconds": 1.5}))
 
-    cfg = RunConfig.from_dict({**d, "train": {**LEARN["train"], "warm_start_from": str(path)}})
+    cfg = RunConfig.from_dict({**d, "warm_start": {**LEARN["warm_start"], "weights": str(path)}})
     factory = SessionFactory(cfg, model_dir, ListSink(), lambda: 0.0)
     fresh = factory.make_trainer()
     warm = WarmStart(factory)
@@ -381,14 +387,14 @@ def test_warm_start_from_a_weights_file(model_dir, tmp_path) -> None:  # type: i
     assert warm.warm_start_cached == str(path) and warm.warm_start_s == 1.5
     assert fresh.version == 0
 
-    missing = RunConfig.from_dict({**d, "train": {"warm_start_from": str(tmp_path / "no")}})
+    missing = RunConfig.from_dict({**d, "warm_start": {"weights": str(tmp_path / "no")}})
     f2 = SessionFactory(missing, model_dir, ListSink(), lambda: 0.0)
     with pytest.raises(ValueError, match="no such file"):
         asyncio.run(WarmStart(f2).run(f2.make_trainer()))
     wider = {**d, "model": {"tokenizer": "suite", "hidden_size": 96, "layers": 1}}
     other_dir = make_model_dir(RunConfig.from_dict(wider), tmp_path / "wide")
     wide = RunConfig.from_dict({**wider, "model": {**wider["model"], "checkpoint": str(other_dir)},
-                                "train": {"warm_start_from": str(path)}})  # fmt: skip
+                                "warm_start": {"weights": str(path)}})  # fmt: skip
     f3 = SessionFactory(wide, other_dir, ListSink(), lambda: 0.0)
     with pytest.raises(ValueError, match="does not fit this run's model"):
         asyncio.run(WarmStart(f3).run(f3.make_trainer()))
@@ -422,7 +428,7 @@ def test_a_warm_start_reports_its_steps_as_phase_progress(model_dir) -> None:  #
     from gyre_core.events import PhaseProgress
 
     d = {**LEARN, "model": {"checkpoint": str(model_dir)},
-         "train": {**LEARN["train"], "warm_start_anneal_steps": 2, "warm_start_until_loss": 0.01}}  # fmt: skip
+         "warm_start": {**LEARN["warm_start"], "anneal_steps": 2, "until_loss": 0.01}}  # fmt: skip
     sink = ListSink()
     factory = SessionFactory(RunConfig.from_dict(d), model_dir, sink, lambda: 0.0)
     asyncio.run(WarmStart(factory).run(factory.make_trainer()))
@@ -437,8 +443,8 @@ def test_a_warm_start_reports_its_steps_as_phase_progress(model_dir) -> None:  #
 def test_a_warm_start_that_misses_its_target_says_so(model_dir) -> None:  # type: ignore[no-untyped-def]
     def run(until: float, steps: int = 3) -> tuple[WarmStart, ListSink]:
         d = {**LEARN, "model": {"checkpoint": str(model_dir)},
-             "train": {**LEARN["train"], "warm_start_steps": steps,
-                       "warm_start_until_loss": until, "warm_start_cache": ""}}  # fmt: skip
+             "warm_start": {**LEARN["warm_start"], "steps": steps,
+                       "until_loss": until, "cache": ""}}  # fmt: skip
         sink = ListSink()
         factory = SessionFactory(RunConfig.from_dict(d), model_dir, sink, lambda: 0.0)
         warm = WarmStart(factory)
@@ -460,9 +466,9 @@ def test_rounds_follow_the_tail_until_it_settles_or_say_they_did_not(model_dir) 
 
     def run(settle: float, rounds: int = 2) -> tuple[WarmStart, list[float], ListSink]:
         d = {**LEARN, "model": {"checkpoint": str(model_dir)},
-             "train": {**LEARN["train"], "warm_start_steps": 2, "warm_start_anneal_steps": 2,
-                       "warm_start_anneal_lr": 1e-3, "warm_start_settle_loss": settle,
-                       "warm_start_rounds": rounds, "warm_start_cache": ""}}  # fmt: skip
+             "warm_start": {**LEARN["warm_start"], "steps": 2, "anneal_steps": 2,
+                       "anneal_lr": 1e-3, "settle_loss": settle,
+                       "rounds": rounds, "cache": ""}}  # fmt: skip
         sink = ListSink()
         factory = SessionFactory(RunConfig.from_dict(d), model_dir, sink, lambda: 0.0)
         warm = WarmStart(factory)
@@ -477,10 +483,8 @@ def test_rounds_follow_the_tail_until_it_settles_or_say_they_did_not(model_dir) 
     assert missed.missed_target is not None and missed.missed_field.endswith("settle_loss")
     last = sink.of(PhaseProgress)[-1]
     assert "NOT reached" in last.message and "(target 1e-06)" in last.message
-    assert "raise train.warm_start_rounds" in missed_message(
-        missed.missed_target, missed.missed_field
-    )
+    assert "raise warm_start.rounds" in missed_message(missed.missed_target, missed.missed_field)
     settled, losses, _ = run(1e6)  # settled after the first tail: no round
     assert len(losses) == 4 and settled.missed_target is None
-    with pytest.raises(ConfigError, match=r"train\.warm_start_settle_loss: needs"):
-        RunConfig.from_dict({"train": {"warm_start_settle_loss": 0.1}})
+    with pytest.raises(ConfigError, match=r"warm_start\.settle_loss: needs"):
+        RunConfig.from_dict({"warm_start": {"settle_loss": 0.1}})

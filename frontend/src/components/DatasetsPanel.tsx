@@ -1,5 +1,5 @@
 // A team's datasets: task and trajectory files uploaded once and named in run configs as
-// "dataset:<id>" (rollout.tasks, train.warm_start_data, train.offpolicy_data).
+// "dataset:<id>" (rollout.tasks, warm_start.data, train.offpolicy_data).
 
 import { useCallback, useEffect, useState } from "react";
 import { api, listAll } from "../lib/api";

@@ -1,5 +1,5 @@
 """A team's uploaded data files: task lists (``rollout.tasks``) and trajectories or message
-logs (``train.warm_start_data``, ``train.offpolicy_data``), named in configs by id.
+logs (``warm_start.data``, ``train.offpolicy_data``), named in configs by id.
 
 The file lives under ``GYRE_DATA_DIR/datasets/<team>/`` with a name the server chose
 (``file_name``); the client's file name is never part of a path, and no answer shows one.

@@ -27,18 +27,18 @@ AGENTS = ("rollout.agent", "rollout.agent_command")
 DATASET, CHECKPOINT = "dataset", "checkpoint"
 READ = {
     "rollout.tasks": DATASET,
-    "train.warm_start_data": DATASET,
+    "warm_start.data": DATASET,
     "train.offpolicy_data": DATASET,
     "model.checkpoint": CHECKPOINT,
-    "train.warm_start_from": None,
+    "warm_start.weights": None,
 }
 # What kind of uploaded dataset each field reads (gyre_web.datasets).
 DATASET_KINDS = {
     "rollout.tasks": "tasks",
-    "train.warm_start_data": "trajectories",
+    "warm_start.data": "trajectories",
     "train.offpolicy_data": "trajectories",
 }
-WRITE = ("train.warm_start_cache",)  # a folder the run writes
+WRITE = ("warm_start.cache",)  # a folder the run writes
 # Addresses: the operator's setting for each ('' in a config: the setting applies).
 ADDRESSES = {
     "cluster.ray_address": "RAY_ADDRESS",

@@ -39,10 +39,10 @@ def _roots(raw: list[str], default: list[Path]) -> tuple[Path, ...]:
 # Code a web config may name (rollout.env, rollout.reward_fn, rollout.agent): these
 # 'package.module:name' paths, besides the `gyre.plugins` entry points of installed packages.
 GYRE_PLUGINS = _plugins("GYRE_PLUGINS", env_list("GYRE_PLUGINS", []))
-# Files a web config may name by path (model.checkpoint, rollout.tasks, train.warm_start_*,
-# train.offpolicy_data): only under these folders (default: the shipped configs/).
+# Files a web config may name by path (model.checkpoint, rollout.tasks, warm_start.weights,
+# warm_start.data, train.offpolicy_data): only under these folders (default: the shipped configs/).
 GYRE_DATA_ROOTS = _roots(env_list("GYRE_DATA_ROOTS", []), [REPO / "configs"])
-# Folders a web config's train.warm_start_cache may name (it is written): default the data
+# Folders a web config's warm_start.cache may name (it is written): default the data
 # folder's cache/ and the repository's .data/cache/ (the shipped learn-*.yaml configs' one).
 GYRE_CACHE_ROOTS = _roots(
     env_list("GYRE_CACHE_ROOTS", []), [data_dir() / "cache", REPO / ".data" / "cache"]
