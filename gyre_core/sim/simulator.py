@@ -2,8 +2,9 @@
 
 The policy objects are the ones the real runtime uses (``gyre_core.scheduler``); the
 simulator owns the clock, the engines (``sim.engine``), the agent sessions, the router,
-the role-switch protocol (``sim.switch``) and the trainer, and reports the same events
-the runtime does (``gyre_core.events``).
+the trainer and the router; its event queue is ``sim.queue`` and the role-switch protocol
+with the GPU-time accounts is a :class:`~gyre_core.sim.switch.Switches` it owns
+(``sim.switch``). It reports the same events the runtime does (``gyre_core.events``).
 
 Staleness is per token: a token decoded under version ``v`` is trained by the step that
 produces version ``s`` only if ``s - 1 - v <= staleness``; older tokens stay as context,
@@ -23,14 +24,12 @@ from gyre_core import events as ev
 from gyre_core.cluster import ROLLOUT, SWITCHING, TRAIN, Cluster
 from gyre_core.scheduler import batching
 from gyre_core.scheduler.base import Decision, Policy, Snapshot
-from gyre_core.sim import switch
 from gyre_core.sim.costs import CostError, CostModel
 from gyre_core.sim.engine import Call, Engine
+from gyre_core.sim.queue import DEADLINE, DONE, DRAINED, READY, STEP, SWITCHED, EventQueue
+from gyre_core.sim.switch import Switches
 from gyre_core.sim.workload import TraceRollout
 
-# Event kinds on the simulator's queue (ints: cheaper to compare than strings).
-READY, DONE, DEADLINE, SWITCHED, DRAINED, STEP = range(6)
-assert (SWITCHED, DRAINED) == (switch.SWITCHED, switch.DRAINED)
 MODES = ("migrate", "restart")
 
 
@@ -65,7 +64,6 @@ class Stats:
     tokens_prefilled: int = 0
     tokens_masked: int = 0
     staleness: Counter[int] = field(default_factory=Counter)
-    role_switches: int = 0
     timeouts: int = 0
     events: int = 0
     peak_rollouts: int = 0  # the most rollouts running at once
@@ -101,7 +99,7 @@ class Simulator:
         self.trace = trace[: self.steps_total * costs.rollouts_per_step]
         n = len(self.cluster)
         self.engines = [Engine(u, costs) for u in range(n)]
-        self.targets = list(policy.initial_roles(n))
+        targets = list(policy.initial_roles(n))
         need = costs.min_train_units
         fixed = getattr(policy, "train_units", None)  # a fixed split's training units
         if need > n or (isinstance(fixed, int) and fixed < need):
@@ -111,11 +109,20 @@ class Simulator:
                 f"({costs.train_state_gb:,.0f} GB) needs {need} training units, "
                 f"and {policy.name} trains on at most {have}"
             )
-        for u, role in enumerate(self.targets):
+        for u, role in enumerate(targets):
             self.cluster.set_role(u, role)
-        self.t = 0.0
-        self.queue: list[tuple[float, int, int, int, int]] = []
-        self.seq = 0
+        self.queue = EventQueue()
+        self.switches = Switches(
+            self.cluster,
+            self.engines,
+            costs,
+            self.queue,
+            self.sink,
+            targets,
+            leave_rollout=self.leave_rollout,
+            evict=self.evict,
+            serve=self.serve,
+        )
         self.sessions: list[Session] = []
         self.live = 0
         self.router: deque[int] = deque()  # queued calls with no engine of their own
@@ -125,27 +132,27 @@ class Simulator:
         self.ready: list[int] = []  # finished sessions not yet trained, in finish order
         self.ready_tokens = 0  # the tokens those sessions hold
         self.version = 0
-        self.training = False
-        self.step_units: list[int] = []
-        self.drain_epoch = [0] * n
-        self.draining = [False] * n
         self.stats = Stats()
-        self.since = [0.0] * n
-        self.gpu_s: dict[str, float] = switch.empty_accounts()
-        self.train_busy_s = 0.0
         self.in_flight = 0  # sessions with a call on an engine or queued at the router
         self.affinity = [0] * n  # live sessions whose prefix cache is on each unit
         self.makespan = 0.0
 
     # ------------------------------------------------------------------ event queue
 
+    @property
+    def t(self) -> float:
+        return self.queue.t
+
+    @property
+    def training(self) -> bool:
+        return bool(self.switches.step_units)
+
     def push(self, t: float, kind: int, a: int = 0, b: int = 0) -> None:
-        self.seq += 1
-        heapq.heappush(self.queue, (t, self.seq, kind, a, b))
+        self.queue.push(t, kind, a, b)
 
     def run(self) -> dict[str, Any]:
         self.sink.emit(ev.RunStatus(t=0.0, status="running", step=0, message=self.policy.name))
-        for u, role in enumerate(self.targets):  # every unit's lane starts with an event
+        for u, role in enumerate(self.switches.targets):  # every unit's lane starts with an event
             self.sink.emit(
                 ev.RoleChange(
                     t=0.0,
@@ -160,13 +167,12 @@ class Simulator:
             READY: self.on_ready,
             DONE: self.on_done,
             DEADLINE: self.on_deadline,
-            SWITCHED: lambda u, r: switch.on_switched(self, u, r),
-            DRAINED: lambda u, e: switch.on_drained(self, u, e),
+            SWITCHED: self.switches.on_switched,
+            DRAINED: self.switches.on_drained,
             STEP: self.on_step,
         }
         while self.queue and self.version < self.steps_total:
-            t, _, kind, a, b = heapq.heappop(self.queue)
-            self.t = t
+            kind, a, b = self.queue.pop()
             self.stats.events += 1
             if handlers[kind](a, b) and self.version < self.steps_total:
                 self.decide()
@@ -175,7 +181,7 @@ class Simulator:
                 f"{self.policy.name}: stalled at step {self.version}/{self.steps_total} "
                 f"(t={self.t:.0f}s): the policy never started the remaining steps"
             )
-        switch.close_accounts(self)
+        self.switches.close()
         self.sink.emit(ev.RunStatus(t=self.t, status="succeeded", step=self.version, message=""))
         return self.summary()
 
@@ -194,7 +200,7 @@ class Simulator:
         return Snapshot(
             t=self.t,
             roles=tuple(self.cluster.roles),
-            targets=tuple(self.targets),
+            targets=tuple(self.switches.targets),
             loads=tuple(
                 e.load if self.cluster.roles[e.unit] in (ROLLOUT, SWITCHING) else 0
                 for e in self.engines
@@ -223,7 +229,7 @@ class Simulator:
     def decide(self) -> None:
         d: Decision = self.policy.decide(self.snapshot())
         for u, role in sorted(d.targets.items()):
-            switch.begin_switch(self, u, role)
+            self.switches.begin(u, role)
         for _ in range(min(d.admit, len(self.trace) - len(self.sessions))):
             self.admit()
         if d.start_step:
@@ -334,11 +340,10 @@ class Simulator:
         n = e.load + 1
         call.prefill_eq = fresh * n * self.costs.seq_rate(n) / self.costs.prefill_tok_s
         self.stats.tokens_prefilled += fresh
-        self.seq += 1
-        call.seq = self.seq
+        call.seq = self.queue.next_seq()
         s.call, s.queued = call, False
         self.set_unit(s, e.unit)
-        switch.account(self, e.unit)
+        self.switches.account(e.unit)
         e.add(call, self.t)
         self.schedule(e)
 
@@ -373,7 +378,7 @@ class Simulator:
         if epoch != e.epoch:
             return False
         e.pending = None
-        switch.account(self, u)
+        self.switches.account(u)
         finished = e.pop_finished(self.t)
         changed = False
         for call in finished:
@@ -381,7 +386,7 @@ class Simulator:
         self.fill(e)
         self.schedule(e)
         if not e.accepting and not e.active:
-            switch.drained(self, u)
+            self.switches.drained(u)
         return changed
 
     def complete(self, call: Call, e: Engine) -> bool:
@@ -446,7 +451,8 @@ class Simulator:
 
     def leave_rollout(self, u: int) -> None:
         """Unit ``u`` stops serving: the calls waiting for it lose its cache and go to the
-        front of the router's queue, in their order."""
+        front of the router's queue, in their order; the idle sessions whose prefix cache
+        it holds lose it."""
         waiters = [i for i in self.waiting[u] if self.sessions[i].unit == u]
         self.waiting[u].clear()
         for i in waiters:
@@ -454,6 +460,48 @@ class Simulator:
             self.set_unit(s, -1)
             s.fresh = s.context
         self.router.extendleft(reversed(waiters))
+        for s in self.sessions:
+            if s.unit == u and s.call is None:
+                self.set_unit(s, -1)
+
+    def evict(self, u: int) -> None:
+        """Unit ``u``'s drain deadline: its running calls move to other engines with the
+        tokens they have (``migrate``), or their sessions start over (``restart``)."""
+        e = self.engines[u]
+        for call in list(e.active.values()):
+            s = self.sessions[call.rollout]
+            decoded = e.remove(call, self.t)
+            if self.mode == "migrate":
+                s.versions[e.version] += decoded - call.done
+                s.context += decoded
+                s.tokens += decoded
+                self.stats.calls_migrated += 1
+                self.stats.tokens_reprefilled += s.context
+                self.set_unit(s, -1)
+                s.call = None
+                self.sink.emit(
+                    ev.CallMigrated(
+                        t=self.t,
+                        rollout_id=s.trace.rollout_id,
+                        from_unit=u,
+                        to_unit=-1,
+                        tokens_kept=decoded,
+                    )
+                )
+                self.route(s, Call(call.rollout, call.completion - decoded, 0.0), fresh=s.context)
+            else:
+                self.restart(s, discarded=sum(s.versions.values()) + decoded)
+
+    def serve(self, u: int) -> None:
+        """Unit ``u`` has loaded the rollout role: a new engine with the latest weights; its
+        epochs continue the old one's so that no stale event matches."""
+        old = self.engines[u].epoch
+        e = Engine(
+            u, self.costs, version=self.version, t_last=self.t, paused_until=self.t, epoch=old + 1
+        )
+        self.engines[u] = e
+        self.fill(e)
+        self.schedule(e)
 
     def on_deadline(self, i: int, _: int) -> bool:
         s = self.sessions[i]
@@ -461,13 +509,13 @@ class Simulator:
             return False
         if s.call is not None and not s.queued:
             e = self.engines[s.unit]
-            switch.account(self, e.unit)
+            self.switches.account(e.unit)
             decoded = e.remove(s.call, self.t)
             s.versions[e.version] += decoded - s.call.done
             s.tokens += decoded
             self.schedule(e)
             if not e.accepting and not e.active:
-                switch.drained(self, e.unit)
+                self.switches.drained(e.unit)
         if s.call is not None:
             self.in_flight -= 1
         if s.queued:
@@ -546,18 +594,13 @@ class Simulator:
                     self.stats.tokens_masked += n
         self.stats.tokens_trained += tokens
         self.stats.step_tokens.append(tokens)
-        for u in units:
-            switch.account(self, u)
-        self.training, self.step_units = True, units
+        self.switches.start_step(units)
         secs = self.costs.step_s(tokens, len(units))
         self.push(self.t + secs, STEP, step)
 
     def on_step(self, step: int, _: int) -> bool:
-        for u in self.step_units:
-            switch.account(self, u)
-        self.training = False
+        self.switches.end_step()
         self.version = step
-        self.step_units = []
         self.makespan = self.t
         self.sink.emit(
             ev.StepFinished(
@@ -631,14 +674,14 @@ class Simulator:
             # the per-run bound (counts this run's own work): a diagnostic
             "run_bound_s": round(bound, 3),
             "run_efficiency": round(bound / self.makespan, 4) if self.makespan else 0.0,
-            "gpu_seconds_by_role": {k: round(v, 3) for k, v in self.gpu_s.items()},
-            "train_busy_gpu_s": round(self.train_busy_s, 3),
+            "gpu_seconds_by_role": {k: round(v, 3) for k, v in self.switches.gpu_s.items()},
+            "train_busy_gpu_s": round(self.switches.train_busy_s, 3),
             "sessions_restarted": self.stats.sessions_restarted,
             "calls_migrated": self.stats.calls_migrated,
             "tokens_reprefilled": self.stats.tokens_reprefilled,
             "tokens_prefilled": self.stats.tokens_prefilled,
             "tokens_discarded": self.stats.tokens_discarded,
-            "role_switches": self.stats.role_switches,
+            "role_switches": self.switches.count,
             "timeouts": self.stats.timeouts,
             "peak_rollouts": self.stats.peak_rollouts,
             "events": self.stats.events,
