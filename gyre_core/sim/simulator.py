@@ -15,9 +15,6 @@ weights exist.
 
 from __future__ import annotations
 
-import heapq
-from collections import Counter, deque
-from dataclasses import dataclass, field
 from typing import Any
 
 from gyre_core import events as ev
@@ -27,46 +24,12 @@ from gyre_core.scheduler.base import Decision, Policy, Snapshot
 from gyre_core.sim.costs import CostError, CostModel
 from gyre_core.sim.engine import Call, Engine
 from gyre_core.sim.queue import DEADLINE, DONE, DRAINED, READY, STEP, SWITCHED, EventQueue
+from gyre_core.sim.router import Router
+from gyre_core.sim.session import Session, Stats
 from gyre_core.sim.switch import Switches
 from gyre_core.sim.workload import TraceRollout
 
 MODES = ("migrate", "restart")
-
-
-@dataclass(slots=True)
-class Session:
-    """One agent rollout in flight: its position in the trace and what it produced."""
-
-    index: int
-    trace: TraceRollout
-    start: float
-    deadline: float
-    turn: int = 0
-    context: int = 0
-    unit: int = -1  # engine of its current or last call
-    call: Call | None = None
-    queued: bool = False
-    fresh: int = 0  # tokens a queued call prefills on its own engine (the rest is cached)
-    versions: Counter[int] = field(default_factory=Counter)  # decoded tokens by version
-    tokens: int = 0  # tokens its tree holds (prompts, completions, summaries)
-    status: str = "running"
-    finished: float = 0.0
-
-
-@dataclass
-class Stats:
-    sessions_restarted: int = 0
-    calls_migrated: int = 0
-    tokens_reprefilled: int = 0
-    tokens_discarded: int = 0  # decoded, then thrown away by a restart
-    tokens_trained: int = 0
-    step_tokens: list[int] = field(default_factory=list)  # tokens each step trained
-    tokens_prefilled: int = 0
-    tokens_masked: int = 0
-    staleness: Counter[int] = field(default_factory=Counter)
-    timeouts: int = 0
-    events: int = 0
-    peak_rollouts: int = 0  # the most rollouts running at once
 
 
 class Simulator:
@@ -125,16 +88,20 @@ class Simulator:
         )
         self.sessions: list[Session] = []
         self.live = 0
-        self.router: deque[int] = deque()  # queued calls with no engine of their own
-        # queued calls waiting for their own engine (its prefix cache), one queue a unit
-        self.waiting: list[deque[int]] = [deque() for _ in range(n)]
-        self.queued = 0  # calls queued in either
         self.ready: list[int] = []  # finished sessions not yet trained, in finish order
         self.ready_tokens = 0  # the tokens those sessions hold
         self.version = 0
         self.stats = Stats()
+        self.router = Router(
+            self.cluster,
+            self.engines,
+            costs,
+            self.queue,
+            self.sessions,
+            self.stats,
+            self.switches.account,
+        )
         self.in_flight = 0  # sessions with a call on an engine or queued at the router
-        self.affinity = [0] * n  # live sessions whose prefix cache is on each unit
         self.makespan = 0.0
 
     # ------------------------------------------------------------------ event queue
@@ -205,8 +172,8 @@ class Simulator:
                 e.load if self.cluster.roles[e.unit] in (ROLLOUT, SWITCHING) else 0
                 for e in self.engines
             ),
-            affinity=tuple(self.affinity),
-            queued_calls=self.queued,
+            affinity=tuple(self.router.affinity),
+            queued_calls=self.router.queued,
             active_sessions=self.live,
             calls_in_flight=self.in_flight,
             ready=ready,
@@ -264,114 +231,8 @@ class Simulator:
         s.context += turn.prompt_tokens
         s.tokens += turn.prompt_tokens
         self.in_flight += 1
-        self.route(s, Call(i, turn.completion_tokens, 0.0), fresh=turn.prompt_tokens)
+        self.router.route(s, Call(i, turn.completion_tokens, 0.0), fresh=turn.prompt_tokens)
         return False
-
-    def route(self, s: Session, call: Call, fresh: int) -> None:
-        """Send a call to an engine: its own (its last one, whose prefix cache holds the
-        context: only the ``fresh`` tokens are prefilled) if that has room; if it is full,
-        the call waits for it unless the wait costs more than re-prefilling the whole
-        context on the least loaded engine with room; with no engine of its own, that
-        engine; with none, the router's queue."""
-        cap = self.costs.max_seqs_per_unit
-        own = self.engines[s.unit] if s.unit >= 0 else None
-        if own is not None and not (own.accepting and self.cluster.roles[own.unit] == ROLLOUT):
-            self.set_unit(s, -1)
-            own = None
-        crowded = own is not None and self.crowded(own)
-        if own is not None and own.load < cap and not crowded:
-            self.place(s, call, own, fresh)
-            return
-        other = self.least_loaded(exclude=s.unit)
-        # full: wait for it, or re-prefill elsewhere?
-        if own is not None and not crowded and (other is None or self.waits(s, own, other, fresh)):
-            self.enqueue(s, call, self.waiting[own.unit], fresh)
-            return
-        if other is None:
-            self.set_unit(s, -1)
-            self.enqueue(s, call, self.router, s.context)
-            return
-        self.place(s, call, other, s.context)
-
-    def least_loaded(self, exclude: int = -1) -> Engine | None:
-        """The accepting rollout engine with the fewest calls and room for one more."""
-        e, best = None, self.costs.max_seqs_per_unit
-        for cand in self.engines:
-            if (
-                cand.load < best
-                and cand.unit != exclude
-                and cand.accepting
-                and self.cluster.roles[cand.unit] == ROLLOUT
-            ):
-                e, best = cand, cand.load
-        return e
-
-    def wait_s(self, e: Engine, k: int) -> float:
-        """How long the ``k``-th call queued for a full engine waits for a slot: until its
-        ``k``-th running call ends (a finished call's session spends its tool time away);
-        beyond its running calls, without end."""
-        ends = heapq.nsmallest(k, (v for v, seq in e.heap if seq in e.active))
-        if len(ends) < k:
-            return float("inf")
-        e.advance(self.t)
-        paused = e.paused_until - self.t if e.paused_until > self.t else 0.0
-        return paused + max(0.0, ends[-1] - e.v) / e.rate()
-
-    def waits(self, s: Session, own: Engine, other: Engine, fresh: int) -> bool:
-        """Whether a call waiting for its full engine ``own`` costs no more time than
-        re-prefilling its cached context on ``other``."""
-        wait = self.wait_s(own, len(self.waiting[own.unit]) + 1)
-        return wait <= self.reprefill_s(s.context - fresh, other)
-
-    def reprefill_s(self, tokens: int, e: Engine) -> float:
-        """Seconds to prefill ``tokens`` more on ``e`` at the load the call joins."""
-        return tokens * (e.load + 1) / self.costs.prefill_tok_s
-
-    def enqueue(self, s: Session, call: Call, queue: deque[int], fresh: int) -> None:
-        s.call, s.queued, s.fresh = call, True, fresh
-        queue.append(s.index)
-        self.queued += 1
-
-    def place(self, s: Session, call: Call, e: Engine, fresh: int) -> None:
-        # Prefill is compute-bound at prefill_tok_s per unit. Under processor sharing a
-        # sequence gets 1/n of the unit, so k tokens take k * n / prefill_tok_s seconds,
-        # i.e. k * D(n) / prefill_tok_s token-equivalents at the per-sequence rate, with
-        # D(n) = n * seq_rate(n) the unit's decode throughput at the load it joins.
-        n = e.load + 1
-        call.prefill_eq = fresh * n * self.costs.seq_rate(n) / self.costs.prefill_tok_s
-        self.stats.tokens_prefilled += fresh
-        call.seq = self.queue.next_seq()
-        s.call, s.queued = call, False
-        self.set_unit(s, e.unit)
-        self.switches.account(e.unit)
-        e.add(call, self.t)
-        self.schedule(e)
-
-    def crowded(self, e: Engine) -> bool:
-        """Cache-aware routing with a load-balance fallback, as the SGLang and vLLM routers
-        do: a session leaves its engine (and its prefix cache: the whole context is
-        prefilled again elsewhere) once that engine runs more than ``balance_abs`` calls
-        above the least loaded engine in rollout and more than ``balance_rel`` times as
-        many. Without it, sessions stay crowded on the engines they started on while a
-        unit that just came back to rollout sits idle."""
-        c = self.costs
-        if c.balance_abs <= 0 or e.load <= c.balance_abs:
-            return False
-        least = min(
-            o.load for o in self.engines if o.accepting and self.cluster.roles[o.unit] == ROLLOUT
-        )
-        return e.load - least > c.balance_abs and e.load > c.balance_rel * least
-
-    def schedule(self, e: Engine) -> None:
-        """Make sure a completion event stands at or before the engine's next completion.
-        An event that comes early is harmless (it finds nothing done and reschedules), so
-        one already standing earlier is kept: adding a call only slows the others."""
-        nxt = e.next_completion(self.t)
-        if nxt is None or (e.pending is not None and e.pending <= nxt):
-            return
-        e.epoch += 1
-        e.pending = nxt
-        self.push(nxt, DONE, e.unit, e.epoch)
 
     def on_done(self, u: int, epoch: int) -> bool:
         e = self.engines[u]
@@ -383,8 +244,8 @@ class Simulator:
         changed = False
         for call in finished:
             changed |= self.complete(call, e)
-        self.fill(e)
-        self.schedule(e)
+        self.router.fill(e)
+        self.router.schedule(e)
         if not e.accepting and not e.active:
             self.switches.drained(u)
         return changed
@@ -407,62 +268,8 @@ class Simulator:
         self.push(self.t + turn.tool_s, READY, s.index)
         return False
 
-    def fill(self, e: Engine) -> None:
-        """Hand queued calls to an engine that has room: first those waiting for it (only
-        their fresh tokens prefilled), then those with no engine of their own, then, from
-        the engine with the longest queue, the last waiter if its wait there costs more
-        than re-prefilling its context here."""
-        cap = self.costs.max_seqs_per_unit
-        mine = self.waiting[e.unit]
-        while e.accepting and e.load < cap:
-            s = self.pop_queued(mine, e.unit) or self.pop_queued(self.router, -1)
-            if s is None:
-                s = self.steal(e)
-                if s is None:
-                    return
-            call, fresh = s.call, s.fresh
-            assert call is not None
-            if s.unit != e.unit:
-                self.set_unit(s, e.unit)
-                fresh = s.context
-            self.place(s, call, e, fresh)
-
-    def pop_queued(self, queue: deque[int], unit: int, *, tail: bool = False) -> Session | None:
-        """The next live call in ``queue`` (the last with ``tail``), taken off it; entries
-        of calls that timed out or moved are dropped on the way."""
-        while queue:
-            s = self.sessions[queue.pop() if tail else queue.popleft()]
-            if s.status == "running" and s.queued and s.call is not None and s.unit == unit:
-                s.queued = False
-                self.queued -= 1
-                return s
-        return None
-
-    def steal(self, e: Engine) -> Session | None:
-        longest = max(range(len(self.waiting)), key=lambda u: len(self.waiting[u]))
-        queue = self.waiting[longest]
-        if not queue or longest == e.unit:
-            return None
-        s = self.sessions[queue[-1]]
-        owner = self.engines[longest]
-        if self.wait_s(owner, len(queue)) <= self.reprefill_s(s.context - s.fresh, e):
-            return None
-        return self.pop_queued(queue, longest, tail=True)
-
     def leave_rollout(self, u: int) -> None:
-        """Unit ``u`` stops serving: the calls waiting for it lose its cache and go to the
-        front of the router's queue, in their order; the idle sessions whose prefix cache
-        it holds lose it."""
-        waiters = [i for i in self.waiting[u] if self.sessions[i].unit == u]
-        self.waiting[u].clear()
-        for i in waiters:
-            s = self.sessions[i]
-            self.set_unit(s, -1)
-            s.fresh = s.context
-        self.router.extendleft(reversed(waiters))
-        for s in self.sessions:
-            if s.unit == u and s.call is None:
-                self.set_unit(s, -1)
+        self.router.leave_rollout(u)  # the router is built after the switches it accounts to
 
     def evict(self, u: int) -> None:
         """Unit ``u``'s drain deadline: its running calls move to other engines with the
@@ -477,7 +284,7 @@ class Simulator:
                 s.tokens += decoded
                 self.stats.calls_migrated += 1
                 self.stats.tokens_reprefilled += s.context
-                self.set_unit(s, -1)
+                self.router.set_unit(s, -1)
                 s.call = None
                 self.sink.emit(
                     ev.CallMigrated(
@@ -488,7 +295,9 @@ class Simulator:
                         tokens_kept=decoded,
                     )
                 )
-                self.route(s, Call(call.rollout, call.completion - decoded, 0.0), fresh=s.context)
+                self.router.route(
+                    s, Call(call.rollout, call.completion - decoded, 0.0), fresh=s.context
+                )
             else:
                 self.restart(s, discarded=sum(s.versions.values()) + decoded)
 
@@ -500,8 +309,8 @@ class Simulator:
             u, self.costs, version=self.version, t_last=self.t, paused_until=self.t, epoch=old + 1
         )
         self.engines[u] = e
-        self.fill(e)
-        self.schedule(e)
+        self.router.fill(e)
+        self.router.schedule(e)
 
     def on_deadline(self, i: int, _: int) -> bool:
         s = self.sessions[i]
@@ -513,29 +322,21 @@ class Simulator:
             decoded = e.remove(s.call, self.t)
             s.versions[e.version] += decoded - s.call.done
             s.tokens += decoded
-            self.schedule(e)
+            self.router.schedule(e)
             if not e.accepting and not e.active:
                 self.switches.drained(e.unit)
         if s.call is not None:
             self.in_flight -= 1
         if s.queued:
-            self.queued -= 1
+            self.router.queued -= 1
         s.call, s.queued = None, False
         self.stats.timeouts += 1
         self.finish(s, "timeout")
         return True
 
-    def set_unit(self, s: Session, unit: int) -> None:
-        """Move a session's prefix cache (its affinity) to ``unit`` (-1: none)."""
-        if s.unit >= 0:
-            self.affinity[s.unit] -= 1
-        if unit >= 0:
-            self.affinity[unit] += 1
-        s.unit = unit
-
     def finish(self, s: Session, status: str) -> None:
         s.status, s.finished = status, self.t
-        self.set_unit(s, -1)
+        self.router.set_unit(s, -1)
         self.live -= 1
         self.ready.append(s.index)
         self.ready_tokens += s.tokens
@@ -558,7 +359,7 @@ class Simulator:
         self.stats.sessions_restarted += 1
         self.stats.tokens_discarded += discarded
         s.turn, s.context, s.tokens = 0, 0, 0
-        self.set_unit(s, -1)
+        self.router.set_unit(s, -1)
         s.versions.clear()
         s.call, s.queued = None, False
         self.in_flight -= 1
@@ -628,7 +429,7 @@ class Simulator:
             e.version = self.version
             if self.costs.weight_sync_s > 0:
                 e.pause(self.t, self.t + self.costs.weight_sync_s)
-                self.schedule(e)
+                self.router.schedule(e)
 
     # ------------------------------------------------------------------ results
 
