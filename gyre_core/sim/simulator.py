@@ -1,10 +1,11 @@
 """A discrete-event simulator of a cluster running a scheduling policy on a workload trace.
 
 The policy objects are the ones the real runtime uses (``gyre_core.scheduler``); the
-simulator owns the clock, the engines (``sim.engine``), the agent sessions, the router,
-the trainer and the router; its event queue is ``sim.queue`` and the role-switch protocol
-with the GPU-time accounts is a :class:`~gyre_core.sim.switch.Switches` it owns
-(``sim.switch``). It reports the same events the runtime does (``gyre_core.events``).
+simulator owns the clock and its event queue (``sim.queue``), the engines
+(``sim.engine``), the agent sessions (``sim.session``), the router (``sim.router``), the
+role-switch protocol with the GPU-time accounts (``sim.switch``) and the trainer, and
+reports the same events the runtime does (``gyre_core.events``); ``sim.summary`` makes
+its results.
 
 Staleness is per token: a token decoded under version ``v`` is trained by the step that
 produces version ``s`` only if ``s - 1 - v <= staleness``; older tokens stay as context,
@@ -26,10 +27,33 @@ from gyre_core.sim.engine import Call, Engine
 from gyre_core.sim.queue import DEADLINE, DONE, DRAINED, READY, STEP, SWITCHED, EventQueue
 from gyre_core.sim.router import Router
 from gyre_core.sim.session import Session, Stats
+from gyre_core.sim.summary import summarize
 from gyre_core.sim.switch import Switches
 from gyre_core.sim.workload import TraceRollout
 
 MODES = ("migrate", "restart")
+
+
+def check_options(mode: str, batch_order: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"--switch-mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if batch_order not in batching.ORDERS:
+        raise ValueError(
+            f"--batch-order must be one of {', '.join(batching.ORDERS)}, got {batch_order!r}"
+        )
+
+
+def check_training_fits(costs: CostModel, policy: Policy, units: int) -> None:
+    """The training state fits on the units ``policy`` trains on (``units`` at most)."""
+    need = costs.min_train_units
+    fixed = getattr(policy, "train_units", None)  # a fixed split's training units
+    if need > units or (isinstance(fixed, int) and fixed < need):
+        have = units if fixed is None else fixed
+        raise CostError(
+            f"--params-b {costs.params_b:g}: the training state "
+            f"({costs.train_state_gb:,.0f} GB) needs {need} training units, "
+            f"and {policy.name} trains on at most {have}"
+        )
 
 
 class Simulator:
@@ -43,12 +67,7 @@ class Simulator:
         batch_order: str = batching.ARRIVAL,
         sink: ev.EventSink | None = None,
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(f"--switch-mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if batch_order not in batching.ORDERS:
-            raise ValueError(
-                f"--batch-order must be one of {', '.join(batching.ORDERS)}, got {batch_order!r}"
-            )
+        check_options(mode, batch_order)
         self.costs, self.policy, self.mode = costs, policy, mode
         self.batch_order = batch_order
         self.sink = sink or ev.NullSink()
@@ -63,15 +82,7 @@ class Simulator:
         n = len(self.cluster)
         self.engines = [Engine(u, costs) for u in range(n)]
         targets = list(policy.initial_roles(n))
-        need = costs.min_train_units
-        fixed = getattr(policy, "train_units", None)  # a fixed split's training units
-        if need > n or (isinstance(fixed, int) and fixed < need):
-            have = n if fixed is None else fixed
-            raise CostError(
-                f"--params-b {costs.params_b:g}: the training state "
-                f"({costs.train_state_gb:,.0f} GB) needs {need} training units, "
-                f"and {policy.name} trains on at most {have}"
-            )
+        check_training_fits(costs, policy, n)
         for u, role in enumerate(targets):
             self.cluster.set_role(u, role)
         self.queue = EventQueue()
@@ -434,58 +445,15 @@ class Simulator:
     # ------------------------------------------------------------------ results
 
     def summary(self) -> dict[str, Any]:
-        from gyre_core.sim.bound import lower_bound, trace_bound
-
-        c = self.costs
-        decoded = sum(sum(s.versions.values()) for s in self.sessions) + self.stats.tokens_discarded
-        bound = lower_bound(
-            self.trace,
-            c,
-            decoded=decoded,
-            prefilled=self.stats.tokens_prefilled,
-            step_tokens=self.stats.step_tokens,
+        return summarize(
+            policy=self.policy.name,
+            mode=self.mode,
+            trace=self.trace,
+            costs=self.costs,
+            sessions=self.sessions,
+            stats=self.stats,
+            switches=self.switches,
+            makespan=self.makespan,
+            steps=self.version,
+            units=len(self.cluster),
         )
-        pib = trace_bound(self.trace, c)
-        good = self.stats.tokens_trained - self.stats.tokens_masked
-        goodput = good / self.makespan if self.makespan else 0.0
-        ceiling = pib["tokens"] / pib["bound_s"] if pib["bound_s"] else 0.0
-        hist = dict(sorted(self.stats.staleness.items()))
-        return {
-            "policy": self.policy.name,
-            "switch_mode": self.mode,
-            "makespan_s": round(self.makespan, 3),
-            "steps": self.version,
-            "rollouts": len(self.trace),
-            "tokens_trained": self.stats.tokens_trained,
-            # the headline of a comparison: tokens trained per second of the run, the masked
-            # ones (too old: context only, no gradient) left out
-            "goodput_tok_s": round(goodput, 3),
-            "tokens_masked": self.stats.tokens_masked,
-            "staleness_histogram": {str(k): v for k, v in hist.items()},
-            "max_staleness_trained": max((k for k in hist if k <= c.staleness), default=0),
-            # the policy-independent bound (the trace and the costs alone) and its terms;
-            # efficiency: this run's goodput over the bound's (the most any policy trains,
-            # over the bound)
-            "lower_bound_s": round(pib["bound_s"], 3),
-            "bound_terms_s": {
-                k: round(v, 3) for k, v in pib.items() if k not in ("bound_s", "tokens")
-            },
-            "ceiling_goodput_tok_s": round(ceiling, 3),
-            "efficiency": round(goodput / ceiling, 4) if ceiling else 0.0,
-            # the per-run bound (counts this run's own work): a diagnostic
-            "run_bound_s": round(bound, 3),
-            "run_efficiency": round(bound / self.makespan, 4) if self.makespan else 0.0,
-            "gpu_seconds_by_role": {k: round(v, 3) for k, v in self.switches.gpu_s.items()},
-            "train_busy_gpu_s": round(self.switches.train_busy_s, 3),
-            "sessions_restarted": self.stats.sessions_restarted,
-            "calls_migrated": self.stats.calls_migrated,
-            "tokens_reprefilled": self.stats.tokens_reprefilled,
-            "tokens_prefilled": self.stats.tokens_prefilled,
-            "tokens_discarded": self.stats.tokens_discarded,
-            "role_switches": self.switches.count,
-            "timeouts": self.stats.timeouts,
-            "peak_rollouts": self.stats.peak_rollouts,
-            "events": self.stats.events,
-            "units": len(self.cluster),
-            "gpus": c.gpus,
-        }
