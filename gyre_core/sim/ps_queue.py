@@ -1,4 +1,4 @@
-"""Engines as processor-sharing queues, and the router that feeds them.
+"""Engines as processor-sharing queues (``sim.router`` feeds them).
 
 A rollout unit's engine decodes its ``n`` sequences together, each at
 ``CostModel.seq_rate(n)`` tokens/s. Instead of updating every sequence when ``n`` changes,
@@ -6,7 +6,7 @@ the engine keeps a *virtual clock* ``V`` (tokens each sequence has received sinc
 engine started): a call needing ``w`` tokens of service finishes when ``V`` reaches its
 start value plus ``w``; the engine's next completion is one heap lookup. Prefill is
 service too, compute-bound at ``prefill_tok_s`` per unit and shared like the rest: the
-router converts it to token-equivalents at the load the call joins (``simulator.route``).
+router converts it to token-equivalents at the load the call joins (``Router.place``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """A discrete-event simulator of a cluster running a scheduling policy on a workload trace.
 
 The policy objects are the ones the real runtime uses (``gyre_core.scheduler``); the
-simulator owns the clock, the engines (``sim.ps_queue``), the agent sessions, the router,
-the role-switch protocol (``sim.switch``) and the trainer, and reports the same events
-the runtime does (``gyre_core.events``).
+simulator owns the clock and its event queue (``sim.queue``), the engines
+(``sim.ps_queue``), the agent sessions (``sim.session``), the router (``sim.router``), the
+role-switch protocol with the GPU-time accounts (``sim.switch``) and the trainer, and
+reports the same events the runtime does (``gyre_core.events``); ``sim.summary`` makes
+its results.
 
 Staleness is per token: a token decoded under version ``v`` is trained by the step that
 produces version ``s`` only if ``s - 1 - v <= staleness``; older tokens stay as context,
@@ -14,61 +16,44 @@ weights exist.
 
 from __future__ import annotations
 
-import heapq
-from collections import Counter, deque
-from dataclasses import dataclass, field
 from typing import Any
 
 from gyre_core import events as ev
 from gyre_core.cluster import ROLLOUT, SWITCHING, TRAIN, Cluster
 from gyre_core.scheduler import batching
 from gyre_core.scheduler.base import Decision, Policy, Snapshot
-from gyre_core.sim import switch
 from gyre_core.sim.costs import CostError, CostModel
 from gyre_core.sim.ps_queue import Call, Engine
+from gyre_core.sim.queue import DEADLINE, DONE, DRAINED, READY, STEP, SWITCHED, EventQueue
+from gyre_core.sim.router import Router
+from gyre_core.sim.session import Session, Stats
+from gyre_core.sim.summary import summarize
+from gyre_core.sim.switch import Switches
 from gyre_core.sim.workload import TraceRollout
 
-# Event kinds on the simulator's queue (ints: cheaper to compare than strings).
-READY, DONE, DEADLINE, SWITCHED, DRAINED, STEP = range(6)
-assert (SWITCHED, DRAINED) == (switch.SWITCHED, switch.DRAINED)
 MODES = ("migrate", "restart")
 
 
-@dataclass(slots=True)
-class Session:
-    """One agent rollout in flight: its position in the trace and what it produced."""
-
-    index: int
-    trace: TraceRollout
-    start: float
-    deadline: float
-    turn: int = 0
-    context: int = 0
-    unit: int = -1  # engine of its current or last call
-    call: Call | None = None
-    queued: bool = False
-    fresh: int = 0  # tokens a queued call prefills on its own engine (the rest is cached)
-    versions: Counter[int] = field(default_factory=Counter)  # decoded tokens by version
-    tokens: int = 0  # tokens its tree holds (prompts, completions, summaries)
-    status: str = "running"
-    finished: float = 0.0
+def check_options(mode: str, batch_order: str) -> None:
+    if mode not in MODES:
+        raise ValueError(f"--switch-mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if batch_order not in batching.ORDERS:
+        raise ValueError(
+            f"--batch-order must be one of {', '.join(batching.ORDERS)}, got {batch_order!r}"
+        )
 
 
-@dataclass
-class Stats:
-    sessions_restarted: int = 0
-    calls_migrated: int = 0
-    tokens_reprefilled: int = 0
-    tokens_discarded: int = 0  # decoded, then thrown away by a restart
-    tokens_trained: int = 0
-    step_tokens: list[int] = field(default_factory=list)  # tokens each step trained
-    tokens_prefilled: int = 0
-    tokens_masked: int = 0
-    staleness: Counter[int] = field(default_factory=Counter)
-    role_switches: int = 0
-    timeouts: int = 0
-    events: int = 0
-    peak_rollouts: int = 0  # the most rollouts running at once
+def check_training_fits(costs: CostModel, policy: Policy, units: int) -> None:
+    """The training state fits on the units ``policy`` trains on (``units`` at most)."""
+    need = costs.min_train_units
+    fixed = getattr(policy, "train_units", None)  # a fixed split's training units
+    if need > units or (isinstance(fixed, int) and fixed < need):
+        have = units if fixed is None else fixed
+        raise CostError(
+            f"--params-b {costs.params_b:g}: the training state "
+            f"({costs.train_state_gb:,.0f} GB) needs {need} training units, "
+            f"and {policy.name} trains on at most {have}"
+        )
 
 
 class Simulator:
@@ -82,12 +67,7 @@ class Simulator:
         batch_order: str = batching.ARRIVAL,
         sink: ev.EventSink | None = None,
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(f"--switch-mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if batch_order not in batching.ORDERS:
-            raise ValueError(
-                f"--batch-order must be one of {', '.join(batching.ORDERS)}, got {batch_order!r}"
-            )
+        check_options(mode, batch_order)
         self.costs, self.policy, self.mode = costs, policy, mode
         self.batch_order = batch_order
         self.sink = sink or ev.NullSink()
@@ -101,51 +81,56 @@ class Simulator:
         self.trace = trace[: self.steps_total * costs.rollouts_per_step]
         n = len(self.cluster)
         self.engines = [Engine(u, costs) for u in range(n)]
-        self.targets = list(policy.initial_roles(n))
-        need = costs.min_train_units
-        fixed = getattr(policy, "train_units", None)  # a fixed split's training units
-        if need > n or (isinstance(fixed, int) and fixed < need):
-            have = n if fixed is None else fixed
-            raise CostError(
-                f"--params-b {costs.params_b:g}: the training state "
-                f"({costs.train_state_gb:,.0f} GB) needs {need} training units, "
-                f"and {policy.name} trains on at most {have}"
-            )
-        for u, role in enumerate(self.targets):
+        targets = list(policy.initial_roles(n))
+        check_training_fits(costs, policy, n)
+        for u, role in enumerate(targets):
             self.cluster.set_role(u, role)
-        self.t = 0.0
-        self.queue: list[tuple[float, int, int, int, int]] = []
-        self.seq = 0
+        self.queue = EventQueue()
+        self.switches = Switches(
+            self.cluster,
+            self.engines,
+            costs,
+            self.queue,
+            self.sink,
+            targets,
+            leave_rollout=self.leave_rollout,
+            evict=self.evict,
+            serve=self.serve,
+        )
         self.sessions: list[Session] = []
         self.live = 0
-        self.router: deque[int] = deque()  # queued calls with no engine of their own
-        # queued calls waiting for their own engine (its prefix cache), one queue a unit
-        self.waiting: list[deque[int]] = [deque() for _ in range(n)]
-        self.queued = 0  # calls queued in either
         self.ready: list[int] = []  # finished sessions not yet trained, in finish order
         self.ready_tokens = 0  # the tokens those sessions hold
         self.version = 0
-        self.training = False
-        self.step_units: list[int] = []
-        self.drain_epoch = [0] * n
-        self.draining = [False] * n
         self.stats = Stats()
-        self.since = [0.0] * n
-        self.gpu_s: dict[str, float] = switch.empty_accounts()
-        self.train_busy_s = 0.0
+        self.router = Router(
+            self.cluster,
+            self.engines,
+            costs,
+            self.queue,
+            self.sessions,
+            self.stats,
+            self.switches.account,
+        )
         self.in_flight = 0  # sessions with a call on an engine or queued at the router
-        self.affinity = [0] * n  # live sessions whose prefix cache is on each unit
         self.makespan = 0.0
 
     # ------------------------------------------------------------------ event queue
 
+    @property
+    def t(self) -> float:
+        return self.queue.t
+
+    @property
+    def training(self) -> bool:
+        return bool(self.switches.step_units)
+
     def push(self, t: float, kind: int, a: int = 0, b: int = 0) -> None:
-        self.seq += 1
-        heapq.heappush(self.queue, (t, self.seq, kind, a, b))
+        self.queue.push(t, kind, a, b)
 
     def run(self) -> dict[str, Any]:
         self.sink.emit(ev.RunStatus(t=0.0, status="running", step=0, message=self.policy.name))
-        for u, role in enumerate(self.targets):  # every unit's lane starts with an event
+        for u, role in enumerate(self.switches.targets):  # every unit's lane starts with an event
             self.sink.emit(
                 ev.RoleChange(
                     t=0.0,
@@ -160,13 +145,12 @@ class Simulator:
             READY: self.on_ready,
             DONE: self.on_done,
             DEADLINE: self.on_deadline,
-            SWITCHED: lambda u, r: switch.on_switched(self, u, r),
-            DRAINED: lambda u, e: switch.on_drained(self, u, e),
+            SWITCHED: self.switches.on_switched,
+            DRAINED: self.switches.on_drained,
             STEP: self.on_step,
         }
         while self.queue and self.version < self.steps_total:
-            t, _, kind, a, b = heapq.heappop(self.queue)
-            self.t = t
+            kind, a, b = self.queue.pop()
             self.stats.events += 1
             if handlers[kind](a, b) and self.version < self.steps_total:
                 self.decide()
@@ -175,7 +159,7 @@ class Simulator:
                 f"{self.policy.name}: stalled at step {self.version}/{self.steps_total} "
                 f"(t={self.t:.0f}s): the policy never started the remaining steps"
             )
-        switch.close_accounts(self)
+        self.switches.close()
         self.sink.emit(ev.RunStatus(t=self.t, status="succeeded", step=self.version, message=""))
         return self.summary()
 
@@ -194,13 +178,13 @@ class Simulator:
         return Snapshot(
             t=self.t,
             roles=tuple(self.cluster.roles),
-            targets=tuple(self.targets),
+            targets=tuple(self.switches.targets),
             loads=tuple(
                 e.load if self.cluster.roles[e.unit] in (ROLLOUT, SWITCHING) else 0
                 for e in self.engines
             ),
-            affinity=tuple(self.affinity),
-            queued_calls=self.queued,
+            affinity=tuple(self.router.affinity),
+            queued_calls=self.router.queued,
             active_sessions=self.live,
             calls_in_flight=self.in_flight,
             ready=ready,
@@ -223,7 +207,7 @@ class Simulator:
     def decide(self) -> None:
         d: Decision = self.policy.decide(self.snapshot())
         for u, role in sorted(d.targets.items()):
-            switch.begin_switch(self, u, role)
+            self.switches.begin(u, role)
         for _ in range(min(d.admit, len(self.trace) - len(self.sessions))):
             self.admit()
         if d.start_step:
@@ -258,130 +242,23 @@ class Simulator:
         s.context += turn.prompt_tokens
         s.tokens += turn.prompt_tokens
         self.in_flight += 1
-        self.route(s, Call(i, turn.completion_tokens, 0.0), fresh=turn.prompt_tokens)
+        self.router.route(s, Call(i, turn.completion_tokens, 0.0), fresh=turn.prompt_tokens)
         return False
-
-    def route(self, s: Session, call: Call, fresh: int) -> None:
-        """Send a call to an engine: its own (its last one, whose prefix cache holds the
-        context: only the ``fresh`` tokens are prefilled) if that has room; if it is full,
-        the call waits for it unless the wait costs more than re-prefilling the whole
-        context on the least loaded engine with room; with no engine of its own, that
-        engine; with none, the router's queue."""
-        cap = self.costs.max_seqs_per_unit
-        own = self.engines[s.unit] if s.unit >= 0 else None
-        if own is not None and not (own.accepting and self.cluster.roles[own.unit] == ROLLOUT):
-            self.set_unit(s, -1)
-            own = None
-        crowded = own is not None and self.crowded(own)
-        if own is not None and own.load < cap and not crowded:
-            self.place(s, call, own, fresh)
-            return
-        other = self.least_loaded(exclude=s.unit)
-        # full: wait for it, or re-prefill elsewhere?
-        if own is not None and not crowded and (other is None or self.waits(s, own, other, fresh)):
-            self.enqueue(s, call, self.waiting[own.unit], fresh)
-            return
-        if other is None:
-            self.set_unit(s, -1)
-            self.enqueue(s, call, self.router, s.context)
-            return
-        self.place(s, call, other, s.context)
-
-    def least_loaded(self, exclude: int = -1) -> Engine | None:
-        """The accepting rollout engine with the fewest calls and room for one more."""
-        e, best = None, self.costs.max_seqs_per_unit
-        for cand in self.engines:
-            if (
-                cand.load < best
-                and cand.unit != exclude
-                and cand.accepting
-                and self.cluster.roles[cand.unit] == ROLLOUT
-            ):
-                e, best = cand, cand.load
-        return e
-
-    def wait_s(self, e: Engine, k: int) -> float:
-        """How long the ``k``-th call queued for a full engine waits for a slot: until its
-        ``k``-th running call ends (a finished call's session spends its tool time away);
-        beyond its running calls, without end."""
-        ends = heapq.nsmallest(k, (v for v, seq in e.heap if seq in e.active))
-        if len(ends) < k:
-            return float("inf")
-        e.advance(self.t)
-        paused = e.paused_until - self.t if e.paused_until > self.t else 0.0
-        return paused + max(0.0, ends[-1] - e.v) / e.rate()
-
-    def waits(self, s: Session, own: Engine, other: Engine, fresh: int) -> bool:
-        """Whether a call waiting for its full engine ``own`` costs no more time than
-        re-prefilling its cached context on ``other``."""
-        wait = self.wait_s(own, len(self.waiting[own.unit]) + 1)
-        return wait <= self.reprefill_s(s.context - fresh, other)
-
-    def reprefill_s(self, tokens: int, e: Engine) -> float:
-        """Seconds to prefill ``tokens`` more on ``e`` at the load the call joins."""
-        return tokens * (e.load + 1) / self.costs.prefill_tok_s
-
-    def enqueue(self, s: Session, call: Call, queue: deque[int], fresh: int) -> None:
-        s.call, s.queued, s.fresh = call, True, fresh
-        queue.append(s.index)
-        self.queued += 1
-
-    def place(self, s: Session, call: Call, e: Engine, fresh: int) -> None:
-        # Prefill is compute-bound at prefill_tok_s per unit. Under processor sharing a
-        # sequence gets 1/n of the unit, so k tokens take k * n / prefill_tok_s seconds,
-        # i.e. k * D(n) / prefill_tok_s token-equivalents at the per-sequence rate, with
-        # D(n) = n * seq_rate(n) the unit's decode throughput at the load it joins.
-        n = e.load + 1
-        call.prefill_eq = fresh * n * self.costs.seq_rate(n) / self.costs.prefill_tok_s
-        self.stats.tokens_prefilled += fresh
-        self.seq += 1
-        call.seq = self.seq
-        s.call, s.queued = call, False
-        self.set_unit(s, e.unit)
-        switch.account(self, e.unit)
-        e.add(call, self.t)
-        self.schedule(e)
-
-    def crowded(self, e: Engine) -> bool:
-        """Cache-aware routing with a load-balance fallback, as the SGLang and vLLM routers
-        do: a session leaves its engine (and its prefix cache: the whole context is
-        prefilled again elsewhere) once that engine runs more than ``balance_abs`` calls
-        above the least loaded engine in rollout and more than ``balance_rel`` times as
-        many. Without it, sessions stay crowded on the engines they started on while a
-        unit that just came back to rollout sits idle."""
-        c = self.costs
-        if c.balance_abs <= 0 or e.load <= c.balance_abs:
-            return False
-        least = min(
-            o.load for o in self.engines if o.accepting and self.cluster.roles[o.unit] == ROLLOUT
-        )
-        return e.load - least > c.balance_abs and e.load > c.balance_rel * least
-
-    def schedule(self, e: Engine) -> None:
-        """Make sure a completion event stands at or before the engine's next completion.
-        An event that comes early is harmless (it finds nothing done and reschedules), so
-        one already standing earlier is kept: adding a call only slows the others."""
-        nxt = e.next_completion(self.t)
-        if nxt is None or (e.pending is not None and e.pending <= nxt):
-            return
-        e.epoch += 1
-        e.pending = nxt
-        self.push(nxt, DONE, e.unit, e.epoch)
 
     def on_done(self, u: int, epoch: int) -> bool:
         e = self.engines[u]
         if epoch != e.epoch:
             return False
         e.pending = None
-        switch.account(self, u)
+        self.switches.account(u)
         finished = e.pop_finished(self.t)
         changed = False
         for call in finished:
             changed |= self.complete(call, e)
-        self.fill(e)
-        self.schedule(e)
+        self.router.fill(e)
+        self.router.schedule(e)
         if not e.accepting and not e.active:
-            switch.drained(self, u)
+            self.switches.drained(u)
         return changed
 
     def complete(self, call: Call, e: Engine) -> bool:
@@ -402,58 +279,49 @@ class Simulator:
         self.push(self.t + turn.tool_s, READY, s.index)
         return False
 
-    def fill(self, e: Engine) -> None:
-        """Hand queued calls to an engine that has room: first those waiting for it (only
-        their fresh tokens prefilled), then those with no engine of their own, then, from
-        the engine with the longest queue, the last waiter if its wait there costs more
-        than re-prefilling its context here."""
-        cap = self.costs.max_seqs_per_unit
-        mine = self.waiting[e.unit]
-        while e.accepting and e.load < cap:
-            s = self.pop_queued(mine, e.unit) or self.pop_queued(self.router, -1)
-            if s is None:
-                s = self.steal(e)
-                if s is None:
-                    return
-            call, fresh = s.call, s.fresh
-            assert call is not None
-            if s.unit != e.unit:
-                self.set_unit(s, e.unit)
-                fresh = s.context
-            self.place(s, call, e, fresh)
-
-    def pop_queued(self, queue: deque[int], unit: int, *, tail: bool = False) -> Session | None:
-        """The next live call in ``queue`` (the last with ``tail``), taken off it; entries
-        of calls that timed out or moved are dropped on the way."""
-        while queue:
-            s = self.sessions[queue.pop() if tail else queue.popleft()]
-            if s.status == "running" and s.queued and s.call is not None and s.unit == unit:
-                s.queued = False
-                self.queued -= 1
-                return s
-        return None
-
-    def steal(self, e: Engine) -> Session | None:
-        longest = max(range(len(self.waiting)), key=lambda u: len(self.waiting[u]))
-        queue = self.waiting[longest]
-        if not queue or longest == e.unit:
-            return None
-        s = self.sessions[queue[-1]]
-        owner = self.engines[longest]
-        if self.wait_s(owner, len(queue)) <= self.reprefill_s(s.context - s.fresh, e):
-            return None
-        return self.pop_queued(queue, longest, tail=True)
-
     def leave_rollout(self, u: int) -> None:
-        """Unit ``u`` stops serving: the calls waiting for it lose its cache and go to the
-        front of the router's queue, in their order."""
-        waiters = [i for i in self.waiting[u] if self.sessions[i].unit == u]
-        self.waiting[u].clear()
-        for i in waiters:
-            s = self.sessions[i]
-            self.set_unit(s, -1)
-            s.fresh = s.context
-        self.router.extendleft(reversed(waiters))
+        self.router.leave_rollout(u)  # the router is built after the switches it accounts to
+
+    def evict(self, u: int) -> None:
+        """Unit ``u``'s drain deadline: its running calls move to other engines with the
+        tokens they have (``migrate``), or their sessions start over (``restart``)."""
+        e = self.engines[u]
+        for call in list(e.active.values()):
+            s = self.sessions[call.rollout]
+            decoded = e.remove(call, self.t)
+            if self.mode == "migrate":
+                s.versions[e.version] += decoded - call.done
+                s.context += decoded
+                s.tokens += decoded
+                self.stats.calls_migrated += 1
+                self.stats.tokens_reprefilled += s.context
+                self.router.set_unit(s, -1)
+                s.call = None
+                self.sink.emit(
+                    ev.CallMigrated(
+                        t=self.t,
+                        rollout_id=s.trace.rollout_id,
+                        from_unit=u,
+                        to_unit=-1,
+                        tokens_kept=decoded,
+                    )
+                )
+                self.router.route(
+                    s, Call(call.rollout, call.completion - decoded, 0.0), fresh=s.context
+                )
+            else:
+                self.restart(s, discarded=sum(s.versions.values()) + decoded)
+
+    def serve(self, u: int) -> None:
+        """Unit ``u`` has loaded the rollout role: a new engine with the latest weights; its
+        epochs continue the old one's so that no stale event matches."""
+        old = self.engines[u].epoch
+        e = Engine(
+            u, self.costs, version=self.version, t_last=self.t, paused_until=self.t, epoch=old + 1
+        )
+        self.engines[u] = e
+        self.router.fill(e)
+        self.router.schedule(e)
 
     def on_deadline(self, i: int, _: int) -> bool:
         s = self.sessions[i]
@@ -461,33 +329,25 @@ class Simulator:
             return False
         if s.call is not None and not s.queued:
             e = self.engines[s.unit]
-            switch.account(self, e.unit)
+            self.switches.account(e.unit)
             decoded = e.remove(s.call, self.t)
             s.versions[e.version] += decoded - s.call.done
             s.tokens += decoded
-            self.schedule(e)
+            self.router.schedule(e)
             if not e.accepting and not e.active:
-                switch.drained(self, e.unit)
+                self.switches.drained(e.unit)
         if s.call is not None:
             self.in_flight -= 1
         if s.queued:
-            self.queued -= 1
+            self.router.queued -= 1
         s.call, s.queued = None, False
         self.stats.timeouts += 1
         self.finish(s, "timeout")
         return True
 
-    def set_unit(self, s: Session, unit: int) -> None:
-        """Move a session's prefix cache (its affinity) to ``unit`` (-1: none)."""
-        if s.unit >= 0:
-            self.affinity[s.unit] -= 1
-        if unit >= 0:
-            self.affinity[unit] += 1
-        s.unit = unit
-
     def finish(self, s: Session, status: str) -> None:
         s.status, s.finished = status, self.t
-        self.set_unit(s, -1)
+        self.router.set_unit(s, -1)
         self.live -= 1
         self.ready.append(s.index)
         self.ready_tokens += s.tokens
@@ -510,7 +370,7 @@ class Simulator:
         self.stats.sessions_restarted += 1
         self.stats.tokens_discarded += discarded
         s.turn, s.context, s.tokens = 0, 0, 0
-        self.set_unit(s, -1)
+        self.router.set_unit(s, -1)
         s.versions.clear()
         s.call, s.queued = None, False
         self.in_flight -= 1
@@ -546,18 +406,13 @@ class Simulator:
                     self.stats.tokens_masked += n
         self.stats.tokens_trained += tokens
         self.stats.step_tokens.append(tokens)
-        for u in units:
-            switch.account(self, u)
-        self.training, self.step_units = True, units
+        self.switches.start_step(units)
         secs = self.costs.step_s(tokens, len(units))
         self.push(self.t + secs, STEP, step)
 
     def on_step(self, step: int, _: int) -> bool:
-        for u in self.step_units:
-            switch.account(self, u)
-        self.training = False
+        self.switches.end_step()
         self.version = step
-        self.step_units = []
         self.makespan = self.t
         self.sink.emit(
             ev.StepFinished(
@@ -585,63 +440,20 @@ class Simulator:
             e.version = self.version
             if self.costs.weight_sync_s > 0:
                 e.pause(self.t, self.t + self.costs.weight_sync_s)
-                self.schedule(e)
+                self.router.schedule(e)
 
     # ------------------------------------------------------------------ results
 
     def summary(self) -> dict[str, Any]:
-        from gyre_core.sim.bound import lower_bound, trace_bound
-
-        c = self.costs
-        decoded = sum(sum(s.versions.values()) for s in self.sessions) + self.stats.tokens_discarded
-        bound = lower_bound(
-            self.trace,
-            c,
-            decoded=decoded,
-            prefilled=self.stats.tokens_prefilled,
-            step_tokens=self.stats.step_tokens,
+        return summarize(
+            policy=self.policy.name,
+            mode=self.mode,
+            trace=self.trace,
+            costs=self.costs,
+            sessions=self.sessions,
+            stats=self.stats,
+            switches=self.switches,
+            makespan=self.makespan,
+            steps=self.version,
+            units=len(self.cluster),
         )
-        pib = trace_bound(self.trace, c)
-        good = self.stats.tokens_trained - self.stats.tokens_masked
-        goodput = good / self.makespan if self.makespan else 0.0
-        ceiling = pib["tokens"] / pib["bound_s"] if pib["bound_s"] else 0.0
-        hist = dict(sorted(self.stats.staleness.items()))
-        return {
-            "policy": self.policy.name,
-            "switch_mode": self.mode,
-            "makespan_s": round(self.makespan, 3),
-            "steps": self.version,
-            "rollouts": len(self.trace),
-            "tokens_trained": self.stats.tokens_trained,
-            # the headline of a comparison: tokens trained per second of the run, the masked
-            # ones (too old: context only, no gradient) left out
-            "goodput_tok_s": round(goodput, 3),
-            "tokens_masked": self.stats.tokens_masked,
-            "staleness_histogram": {str(k): v for k, v in hist.items()},
-            "max_staleness_trained": max((k for k in hist if k <= c.staleness), default=0),
-            # the policy-independent bound (the trace and the costs alone) and its terms;
-            # efficiency: this run's goodput over the bound's (the most any policy trains,
-            # over the bound)
-            "lower_bound_s": round(pib["bound_s"], 3),
-            "bound_terms_s": {
-                k: round(v, 3) for k, v in pib.items() if k not in ("bound_s", "tokens")
-            },
-            "ceiling_goodput_tok_s": round(ceiling, 3),
-            "efficiency": round(goodput / ceiling, 4) if ceiling else 0.0,
-            # the per-run bound (counts this run's own work): a diagnostic
-            "run_bound_s": round(bound, 3),
-            "run_efficiency": round(bound / self.makespan, 4) if self.makespan else 0.0,
-            "gpu_seconds_by_role": {k: round(v, 3) for k, v in self.gpu_s.items()},
-            "train_busy_gpu_s": round(self.train_busy_s, 3),
-            "sessions_restarted": self.stats.sessions_restarted,
-            "calls_migrated": self.stats.calls_migrated,
-            "tokens_reprefilled": self.stats.tokens_reprefilled,
-            "tokens_prefilled": self.stats.tokens_prefilled,
-            "tokens_discarded": self.stats.tokens_discarded,
-            "role_switches": self.stats.role_switches,
-            "timeouts": self.stats.timeouts,
-            "peak_rollouts": self.stats.peak_rollouts,
-            "events": self.stats.events,
-            "units": len(self.cluster),
-            "gpus": c.gpus,
-        }

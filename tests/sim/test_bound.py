@@ -133,21 +133,21 @@ def test_a_crowded_engine_sheds_sessions_to_the_least_loaded_one() -> None:
     sim = Simulator(trace, costs, Async(2, 1))
     e0, e1 = sim.engines[0], sim.engines[1]
     e0.active = {i: Call(i, 10, 0.0) for i in range(5)}
-    assert sim.crowded(e0)  # 5 calls against 0: more than 2 above, more than 1.5x
+    assert sim.router.crowded(e0)  # 5 calls against 0: more than 2 above, more than 1.5x
     e1.active = {10 + i: Call(10 + i, 10, 0.0) for i in range(3)}
-    assert not sim.crowded(e0)  # 5 against 3: only 2 above
+    assert not sim.router.crowded(e0)  # 5 against 3: only 2 above
     e1.active = {10: Call(10, 10, 0.0), 11: Call(11, 10, 0.0)}
-    assert sim.crowded(e0)  # 5 against 2
+    assert sim.router.crowded(e0)  # 5 against 2
     sticky = Simulator(trace, replace(costs, balance_abs=0), Async(2, 1))
     sticky.engines[0].active = dict(e0.active)
-    assert not sticky.crowded(sticky.engines[0])  # 0 turns the fallback off
+    assert not sticky.router.crowded(sticky.engines[0])  # 0 turns the fallback off
     # A session whose prefix cache is on the crowded engine is routed to engine 1 and
     # prefills its whole context there.
     sim.admit()
     session = sim.sessions[0]
-    sim.set_unit(session, 0)
+    sim.router.set_unit(session, 0)
     session.context = 400
-    sim.route(session, Call(0, 50, 0.0), fresh=1)
+    sim.router.route(session, Call(0, 50, 0.0), fresh=1)
     assert session.unit == 1 and sim.stats.tokens_prefilled == 400
 
 
