@@ -140,3 +140,16 @@ class TrainConfig:
     def weighting(self) -> Weighting:
         """How the trainer turns rewards into token weights (the tree browser's too)."""
         return Weighting(self.advantage_mode, self.normalise_std)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainSetup:
+    """What a run's trainer takes from its run config: its own ``train`` section, the
+    scheduler's ``staleness_bound`` (tokens older than that many versions are not trained)
+    and the run's ``seed``. The runtime cuts it from the config
+    (:func:`gyre_core.runtime.plan.train_setup`); nothing in ``gyre_core.train`` reads the
+    rest of a run config."""
+
+    train: TrainConfig
+    staleness_bound: int
+    seed: int
