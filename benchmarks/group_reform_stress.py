@@ -25,6 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gyre_core.config import RunConfig
+from gyre_core.runtime.plan import train_setup
 from gyre_core.runtime.ray_backend import start_ray
 from gyre_core.runtime.real_job import _make_units, release_units
 from gyre_core.runtime.train_group import TrainGroup, fetch_weights
@@ -81,7 +82,7 @@ def main() -> None:
         finally:
             ray.shutdown()
         wall = time.perf_counter() - t0
-        plain = Trainer.for_run(tiny_model(), cfg)
+        plain = Trainer.for_run(tiny_model(), train_setup(cfg))
         steps = args.rounds * sum(1 for u in PATTERN if u)
         for v in range(steps):
             plain.step(_batch(v))

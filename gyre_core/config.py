@@ -35,6 +35,7 @@ from gyre_core.config_fields import FLOAT_MAX, INT_MAX, STR_MAX, config_field
 from gyre_core.errors import ConfigError
 from gyre_core.jsonl import JsonBoundsError, loads
 from gyre_core.models.config import ModelConfig
+from gyre_core.models.shape import tiny_heads
 from gyre_core.rollout.config import RolloutConfig
 from gyre_core.rollout.engine_config import EngineConfig
 from gyre_core.scheduler.config import SchedulerConfig
@@ -237,7 +238,7 @@ def _cross_checks(cfg: RunConfig) -> list[tuple[str, str]]:
     if units >= 2 and s.rollout_units >= units:
         errors.append(("scheduler.rollout_units", f"must leave >= 1 of {units} units to train"))
     m = cfg.model
-    heads = max(1, m.hidden_size // 32)  # the tiny model's query heads (session.py)
+    heads = tiny_heads(m.hidden_size)  # the tiny model's query heads (models/shape.py)
     if not m.checkpoint and heads % m.kv_heads:
         problem = f"must divide the tiny model's query heads (model.hidden_size // 32 = {heads})"
         errors.append(("model.kv_heads", f"{problem}, got {m.kv_heads}"))

@@ -43,11 +43,7 @@ WORKER_EXCEPTIONS = {
 }
 # Import circles between gyre_core's packages (its folders and top-level modules) still
 # allowed, each a sorted pair of packages that import each other.
-KNOWN_CIRCLES = {
-    # issue 42 item 3: the trainer takes the whole RunConfig (Trainer.for_run, TrainMember)
-    # while config.py composes train's section; goes once train/ takes its own section.
-    ("config", "train"),
-}
+KNOWN_CIRCLES: set[tuple[str, str]] = set()  # none left
 # What the workers may use of the platform: an app's services, selectors and models.
 PLATFORM_LAYERS = ("services", "selectors", "models")
 

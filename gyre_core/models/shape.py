@@ -5,6 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+TINY_HEAD_DIM = 32  # the head size of a run's tiny model (model.hidden_size wide)
+
+
+def tiny_heads(hidden_size: int) -> int:
+    """The query heads of a run's tiny model: ``model.hidden_size // 32``, at least one.
+    The one place this is computed: the model build (runtime/session.py) uses it, and the
+    config's cross-check (``model.kv_heads`` must divide it) reads it."""
+    return max(1, hidden_size // TINY_HEAD_DIM)
+
 
 @dataclass(frozen=True)
 class ModelShape:

@@ -35,9 +35,9 @@ import ray
 
 from gyre_core import events as ev
 from gyre_core.cluster import IDLE, ROLLOUT, SWITCHING, TRAIN
-from gyre_core.config import RunConfig
 from gyre_core.rollout.router import Router
 from gyre_core.runtime.inventory import read_inventory
+from gyre_core.runtime.plan import RunPlan
 from gyre_core.runtime.ray_backend import UnitEngine
 from gyre_core.runtime.train_group import TrainGroup, UnitsLost
 from gyre_core.scheduler import batching
@@ -89,51 +89,59 @@ class Counters:
 
 # Called after each step with its batch, its metrics and the trees it trained on (weighed).
 OnStep = Callable[[list[Rollout], dict[str, Any], dict[str, PrefixTree]], Awaitable[None]]
+# A step's off-policy rollouts by the version it trains: as trained, as recorded.
+Imported = Callable[[int], tuple[list[Rollout], list[Rollout]]]
+
+
+@dataclass
+class LoopStart:
+    """What a loop starts from: rollouts finished but not trained yet and the session
+    indices still to run (a resumed run's; ``None``: every session of the run), the
+    weights the engines start from in Ray's object store (``None``: the checkpoint's), and
+    the run's off-policy data, when it imports some."""
+
+    ready: list[Rollout] = field(default_factory=list)
+    pending: list[int] | None = None
+    state_ref: Any = None
+    imported: Imported | None = None
 
 
 class Loop:
-    """One run's state and the actions the policy asks for (see the module docstring)."""
+    """One run's state and the actions the policy asks for (see the module docstring).
+    ``plan`` holds every value the loop takes from the run's config."""
 
     def __init__(
         self,
+        plan: RunPlan,
         *,
         policy: Policy,
         units: list[UnitSlot],
         router: Router,
         trainer: TrainGroup,
-        run_config: RunConfig,
         sink: ev.EventSink,
         clock: Callable[[], float],
         start_session: Callable[[int], Any],
-        total: int,
-        per_step: int,
-        steps: int,
-        staleness: int,
-        drain_s: float,
         on_step: OnStep,
-        ready: list[Rollout] | None = None,
-        pending: list[int] | None = None,
-        batch_order: str = batching.ARRIVAL,
-        state_ref: Any = None,
-        imported: Callable[[int], tuple[list[Rollout], list[Rollout]]] | None = None,
+        start: LoopStart | None = None,
     ) -> None:
-        self.policy, self.units, self.router, self.trainer = policy, units, router, trainer
-        self.run_config, self.sink, self.clock = run_config, sink, clock
+        start = start or LoopStart()
+        self.plan, self.policy, self.units, self.router = plan, policy, units, router
+        self.trainer, self.sink, self.clock = trainer, sink, clock
         self.start_session, self.on_step = start_session, on_step
-        self.total, self.per_step, self.steps = total, per_step, steps
-        self.staleness, self.drain_s, self.batch_order = staleness, drain_s, batch_order
-        self.ready: list[Rollout] = list(ready or [])
-        self.pending: list[int] = list(range(total) if pending is None else pending)
+        self.total, self.per_step, self.steps = plan.total, plan.per_step, plan.steps
+        self.ready: list[Rollout] = list(start.ready)
+        self.pending: list[int] = list(
+            range(self.total) if start.pending is None else start.pending
+        )
         self.sessions: dict[int, asyncio.Task[Rollout]] = {}
         self.training = False
         self.step_units: set[int] = set()  # units computing the running step's gradients
         self.counters = Counters()
-        self.state_ref: Any = state_ref  # the newest weights in Ray's object store (None:
-        # the checkpoint's), made by the training group, never fetched into this process
+        self.state_ref: Any = start.state_ref  # the newest weights in Ray's object store
+        # (None: the checkpoint's), made by the training group, never fetched into this process
         self.errors: list[BaseException] = []
         self.background: set[asyncio.Task[Any]] = set()
-        # a step's off-policy rollouts by the version it trains: as trained, as recorded
-        self.imported = imported
+        self.imported = start.imported
         # the version the rollout engines serve: a step's version counts for admission only
         # once its weights are published (the trainer's runs ahead while they go out)
         self.published = trainer.version
@@ -219,9 +227,9 @@ class Loop:
             steps_total=self.steps,
             training=self.training,
             rollouts_per_step=self.per_step,
-            staleness=self.staleness,
-            admit_staleness=self.run_config.scheduler.admission_staleness,
-            max_active=self.run_config.scheduler.max_concurrent_rollouts,
+            staleness=self.plan.staleness,
+            admit_staleness=self.plan.admit_staleness,
+            max_active=self.plan.max_active,
             max_seqs_per_unit=MAX_SEQS,
             switch_s=_mean(self.counters.switch_s, 1.0),
             train_tok_s=_rate(self.counters),
@@ -233,7 +241,7 @@ class Loop:
             [rollout_index(r) for r in self.ready],
             self.per_step,
             self.trainer.version,
-            self.batch_order,
+            self.plan.batch_order,
         )
 
     # ------------------------------------------------------------------ role switches
@@ -281,7 +289,7 @@ class Loop:
         try:
             if before == ROLLOUT:
                 t = time.perf_counter()
-                await self.router.drain(slot.name, self.drain_s)
+                await self.router.drain(slot.name, self.plan.drain_s)
                 self.router.remove(slot.name)
                 parts["drain_s"] = time.perf_counter() - t
                 parts.update(await slot.actor.stop_engine.remote())
@@ -397,7 +405,7 @@ class Loop:
         for s in live:
             engine = self.router.engine(s.name)
             if isinstance(engine, UnitEngine):
-                engine._version = version
+                engine.published(version)
         self.published = version
 
     async def settle(self) -> None:

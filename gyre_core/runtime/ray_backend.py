@@ -26,10 +26,10 @@ import ray
 import torch
 from ray.exceptions import RayActorError
 
-from gyre_core.config import RunConfig
 from gyre_core.rollout.engine import Completion, EngineLoad, SamplingParams
 from gyre_core.rollout.engine_kinds import ENGINES
 from gyre_core.runtime.sysmetrics import ProcessSampler
+from gyre_core.train.config import TrainSetup
 
 RESOURCE = "gpu_unit"
 
@@ -199,11 +199,11 @@ class UnitActor:
         self.store = open_store()
         return str(ray.util.get_node_ip_address()), int(self.store.port)  # type: ignore[no-untyped-call]
 
-    async def form(self, cfg: RunConfig, reference: str, spec: Any) -> dict[str, float]:
+    async def form(self, setup: TrainSetup, reference: str, spec: Any) -> dict[str, float]:
         from gyre_core.train.member import TrainMember
 
         if self.member is None:
-            self.member = TrainMember(cfg, self.checkpoint)
+            self.member = TrainMember(setup, self.checkpoint)
         self.member.reference = reference  # read when the models are built
         store, self.store = (self.store, None) if spec.rank == 0 else (None, self.store)
         return await asyncio.to_thread(self.member.form, spec, store)
@@ -258,6 +258,12 @@ class UnitEngine:
     @property
     def version(self) -> int:
         return self._version
+
+    def published(self, version: int) -> None:
+        """Tell this engine that its unit now serves ``version``: the weights were sent to
+        the unit's actor directly (the loop publishes to every rollout unit at once, not
+        through :meth:`publish`), so later tokens are tagged with it."""
+        self._version = version
 
     async def generate(
         self, prompt_ids: list[int], params: SamplingParams, *, request_id: str

@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,10 @@ from gyre_core.rollout.engine import Engine
 from gyre_core.rollout.engine_kinds import ENGINES
 from gyre_core.runtime.benchmark import run_benchmark
 from gyre_core.runtime.calibrate import write_calibration
-from gyre_core.runtime.loop import MAX_SEQS, Loop, UnitSlot
+from gyre_core.runtime.loop import MAX_SEQS, Loop, LoopStart, UnitSlot
 from gyre_core.runtime.midrun_bench import BenchmarkEvery, Serve
 from gyre_core.runtime.offpolicy import OffPolicyData
+from gyre_core.runtime.plan import RunPlan
 from gyre_core.runtime.ray_backend import RESOURCE, UnitActor, UnitEngine, start_ray
 from gyre_core.runtime.session import SessionFactory, make_model_dir
 from gyre_core.runtime.step_books import StepBooks
@@ -45,6 +47,7 @@ from gyre_core.runtime.threaded_sink import ThreadedSink
 from gyre_core.runtime.timed_router import TimedRouter
 from gyre_core.runtime.train_group import Source, TrainGroup
 from gyre_core.runtime.warm_start import WarmStart, missed_message
+from gyre_core.scheduler.base import Policy
 from gyre_core.scheduler.policies import policy_for
 from gyre_core.train.member import CHECKPOINT
 from gyre_core.trajectory.format import Rollout, read_rollouts
@@ -63,6 +66,7 @@ def run_real(
 ) -> dict[str, Any]:
     say = progress or (lambda _line: None)
     ENGINES[cfg.model.engine].check()  # before any work: say what to install if missing
+    plan = RunPlan.of(cfg)  # every value the driver and the loop take from the config
     t_start = time.perf_counter()
 
     def clock() -> float:  # the run's clock: seconds since it began (the events' t)
@@ -79,9 +83,8 @@ def run_real(
     threaded = ThreadedSink(sink)  # sinks may block (database writes): keep them off the loop
     try:
         settings = ENGINES[cfg.model.engine].settings(cfg, model_dir, _has_gpus())  # no server yet
-        summary = asyncio.run(
-            _run(cfg, threaded, workdir, model_dir, should_stop, resume, say, clock, settings)
-        )
+        run = Setting(plan, threaded, workdir, model_dir, say, clock)
+        summary = asyncio.run(_run(run, should_stop, resume, settings))
     finally:  # also when the sink failed: close() never raises, so Ray always goes down
         threaded.close()
         if started_ray:
@@ -91,134 +94,196 @@ def run_real(
 
 
 REFERENCE_FILE = "reference.safetensors"  # the KL's reference when it is not the checkpoint
+CHECKPOINTS = "checkpoints"  # the run folder's checkpoints
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Where a run happens: its plan, its event sink, its folders (the run's, the model's),
+    its progress lines and its clock."""
+
+    plan: RunPlan
+    sink: ev.EventSink
+    workdir: Path
+    model_dir: Path
+    say: Callable[[str], None]
+    clock: Callable[[], float]
+
+
+@dataclass
+class Prepared:
+    """What the driver holds before any unit starts (:func:`_prepare`)."""
+
+    factory: SessionFactory
+    warm: WarmStart
+    books: StepBooks
+    trainer: TrainGroup
+    start: LoopStart  # a resumed run's ready and pending rollouts, the off-policy data
+    policy: Policy
+    router: TimedRouter
+
+
+@dataclass
+class Outcome:
+    """What the loop stage leaves for the finish: whether the run was cancelled, the
+    benchmark before and after (``after`` is NaN when cancelled) and the loop's start."""
+
+    cancelled: bool
+    first: int
+    before: float
+    after: float
+    loop_start: float
 
 
 async def _run(
-    cfg: RunConfig,
-    sink: ev.EventSink,
-    workdir: Path,
-    model_dir: Path,
-    should_stop: Callable[[], bool],
-    resume: bool,
-    say: Callable[[str], None],
-    clock: Callable[[], float],
-    settings: Any,
+    run: Setting, should_stop: Callable[[], bool], resume: bool, settings: Any
 ) -> dict[str, Any]:
-    factory = SessionFactory(cfg, model_dir, sink, clock)
-    imported = None  # read before any unit starts: a bad file fails the run at once
-    if cfg.train.offpolicy_data:
-        path, groups = Path(cfg.train.offpolicy_data), cfg.train.offpolicy_groups
-        imported = OffPolicyData.read(path, factory.tokenizer, groups, cfg.model.chat_template)
-    warm, books = WarmStart(factory), StepBooks(cfg, sink, clock)
-    trainer = TrainGroup(cfg, workdir)
-    reference = workdir / REFERENCE_FILE
-    if reference.exists() and resume:  # the warm-started policy, the KL's anchor
-        trainer.reference = str(reference)
-    per_step = cfg.rollout.tasks_per_step * cfg.rollout.group_size
-    total = cfg.steps * per_step
-    ckpt_root = workdir / "checkpoints"
-    ready: list[Rollout] = []
-    pending: list[int] | None = None
-    if resume and (state := books.restore(ckpt_root)) is not None:
-        path, version, ready, pending = state
-        trainer.source = Source(CHECKPOINT, str(path), version, strict=True)
-        trainer.version = version
-        say(f"resumed at version {version}: {len(ready)} rollouts ready, {len(pending)} to run")
-    sink.emit(ev.RunStatus(t=clock(), status="running", step=trainer.version, message=cfg.policy))
-
-    units_n = cfg.cluster.units
-    policy = policy_for(cfg.scheduler, units_n)
-    roles = policy.initial_roles(units_n)
-    router = TimedRouter({}, mode=cfg.scheduler.switch_mode, wait_s=600.0, clock=clock)
-    slots = await _make_units(cfg, model_dir, workdir, settings)
-    sampler = SysMetricsPoller(cfg.cluster.sysmetrics_s, lambda: slots, sink, clock)
+    """The run in stages: prepare, bring up, loop, finish (the units go back either way)."""
+    cfg = run.plan.config
+    prep = _prepare(run, resume)
+    roles = prep.policy.initial_roles(run.plan.units)
+    slots = await _make_units(cfg, run.model_dir, run.workdir, settings)
+    sampler = SysMetricsPoller(cfg.cluster.sysmetrics_s, lambda: slots, run.sink, run.clock)
     sampler.start()  # from the warm start on, beside the loop
     try:
-        warm_first = trainer.version == 0 and bool(cfg.warm_start.steps or cfg.warm_start.weights)
-        state_ref = None  # the engines start from the checkpoint's weights
-        if warm_first or trainer.source.kind == CHECKPOINT:
-            await trainer.resize(slots)  # every unit trains the warm start or reads the state
-            if warm_first:
-                await _warm_start(cfg, trainer, warm, workdir, say)
-            state_ref = await trainer.weights()
-            await trainer.resize([])  # offloaded: the initial training units take it back
-
-        midrun = BenchmarkEvery(
-            cfg.rollout.benchmark_every,
-            cfg.steps,
-            lambda r, v: run_benchmark(factory, r, v),
-            say,
-            serve_on_actor(str(model_dir)),
-        )
-
-        async def on_step(
-            batch: list[Rollout], metrics: dict[str, Any], trees: dict[str, PrefixTree]
-        ) -> None:
-            await books.step_done(trainer, batch, metrics, loop, ckpt_root, trees)
-            midrun.after_step(loop.state_ref, trainer.version)
-
-        loop = Loop(
-            policy=policy,
-            units=slots,
-            router=router,
-            trainer=trainer,
-            run_config=cfg,
-            sink=sink,
-            clock=clock,
-            start_session=lambda i: factory.session(i, router, loop),
-            total=total,
-            per_step=per_step,
-            steps=cfg.steps,
-            staleness=cfg.scheduler.staleness_bound,
-            drain_s=cfg.scheduler.drain_deadline_s,
-            on_step=on_step,
-            ready=ready,
-            pending=pending,
-            batch_order=cfg.scheduler.batch_order,
-            state_ref=state_ref,
-            imported=imported.take if imported else None,
-        )
-        router.on_dead = loop.mark_dead
-        router.on_migrate = factory.migrated
+        loop, midrun = await _bring_up(run, prep, slots)
         await loop.bring_up(roles)  # every unit in its initial role, engines on current weights
-        first = trainer.version  # 0, or where a resumed run continues
-        before = await run_benchmark(factory, router, first)
-        say(f"benchmark before: {before:.3f}")
-        cancelled = False
-        loop_start = clock()  # calibration compares the simulator with the loop's time
-        try:
-            await loop.run(should_stop)
-            cancelled = trainer.version < cfg.steps
-        finally:
-            await loop.settle()
-            await midrun.finish()
-        if not cancelled:
-            await loop.ensure_engine()  # the final benchmark needs one: a trainer comes back
-            after = await run_benchmark(factory, router, trainer.version)
-            say(f"benchmark after: {after:.3f}")
+        outcome = await _loop(run, prep, loop, midrun, should_stop)
         await sampler.stop()  # the run's last events are its status and summary
-        if cancelled:
-            sink.emit(
-                ev.RunStatus(
-                    t=clock(), status="cancelled", step=trainer.version, message="cancelled by user"
-                )
-            )
-            return {
-                "policy": cfg.policy,
-                "backend": "real",
-                "status": "cancelled",
-                "steps": trainer.version,
-            }
-        summary = books.summary(loop, router, before, after, clock(), factory, warm)
-        summary["benchmark_by_version"] = {first: before, **midrun.scores, trainer.version: after}
-        (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
-        write_calibration(workdir, cfg, loop, router, loop_start)  # costs.json, workload
-        sink.emit(ev.RunStatus(t=clock(), status="succeeded", step=trainer.version, message=""))
-        return summary
+        return _finish(run, prep, loop, midrun, outcome)
     finally:
         await sampler.stop()  # before the units go: no sample asks a killed actor
-        await factory.aclose()  # the agents' endpoint, when it was started
+        await prep.factory.aclose()  # the agents' endpoint, when it was started
         release_units(slots)  # also on failure: their resources go back to Ray
+
+
+def _prepare(run: Setting, resume: bool) -> Prepared:
+    """Stage 1, before any unit starts: the sessions, the off-policy data (a bad file fails
+    the run at once), the books, the training group and, on a resume, the checkpoint's
+    state; then the run's ``running`` status."""
+    cfg = run.plan.config
+    factory = SessionFactory(cfg, run.model_dir, run.sink, run.clock)
+    start = LoopStart()
+    if cfg.train.offpolicy_data:
+        path, groups = Path(cfg.train.offpolicy_data), cfg.train.offpolicy_groups
+        data = OffPolicyData.read(path, factory.tokenizer, groups, cfg.model.chat_template)
+        start.imported = data.take
+    warm, books = WarmStart(factory), StepBooks(cfg, run.sink, run.clock)
+    trainer = TrainGroup(cfg, run.workdir)
+    reference = run.workdir / REFERENCE_FILE
+    if reference.exists() and resume:  # the warm-started policy, the KL's anchor
+        trainer.reference = str(reference)
+    if resume and (state := books.restore(run.workdir / CHECKPOINTS)) is not None:
+        path, version, start.ready, start.pending = state
+        trainer.source = Source(CHECKPOINT, str(path), version, strict=True)
+        trainer.version = version
+        ready, pending = len(start.ready), len(start.pending)
+        run.say(f"resumed at version {version}: {ready} rollouts ready, {pending} to run")
+    status = ev.RunStatus(
+        t=run.clock(), status="running", step=trainer.version, message=run.plan.policy
+    )
+    run.sink.emit(status)
+    policy = policy_for(cfg.scheduler, run.plan.units)
+    router = TimedRouter({}, mode=run.plan.switch_mode, wait_s=600.0, clock=run.clock)
+    return Prepared(factory, warm, books, trainer, start, policy, router)
+
+
+async def _bring_up(
+    run: Setting, prep: Prepared, slots: list[UnitSlot]
+) -> tuple[Loop, BenchmarkEvery]:
+    """Stage 2, the units started: the warm start or the resumed state on a group of every
+    unit (the engines start from its weights), then the loop with its collaborators."""
+    trainer, plan, router = prep.trainer, run.plan, prep.router
+    warm_first = trainer.version == 0 and plan.warm_start
+    if warm_first or trainer.source.kind == CHECKPOINT:
+        await trainer.resize(slots)  # every unit trains the warm start or reads the state
+        if warm_first:
+            await _warm_start(plan.config, trainer, prep.warm, run.workdir, run.say)
+        prep.start.state_ref = await trainer.weights()
+        await trainer.resize([])  # offloaded: the initial training units take it back
+    midrun = BenchmarkEvery(
+        plan.config.rollout.benchmark_every,
+        plan.steps,
+        lambda r, v: run_benchmark(prep.factory, r, v),
+        run.say,
+        serve_on_actor(str(run.model_dir)),
+    )
+    ckpt_root = run.workdir / CHECKPOINTS
+
+    async def on_step(
+        batch: list[Rollout], metrics: dict[str, Any], trees: dict[str, PrefixTree]
+    ) -> None:
+        await prep.books.step_done(trainer, batch, metrics, loop, ckpt_root, trees)
+        midrun.after_step(loop.state_ref, trainer.version)
+
+    loop = Loop(
+        plan,
+        policy=prep.policy,
+        units=slots,
+        router=router,
+        trainer=trainer,
+        sink=run.sink,
+        clock=run.clock,
+        start_session=lambda i: prep.factory.session(i, router, loop),
+        on_step=on_step,
+        start=prep.start,
+    )
+    router.on_dead = loop.mark_dead
+    router.on_migrate = prep.factory.migrated
+    return loop, midrun
+
+
+async def _loop(
+    run: Setting,
+    prep: Prepared,
+    loop: Loop,
+    midrun: BenchmarkEvery,
+    should_stop: Callable[[], bool],
+) -> Outcome:
+    """Stage 3: the benchmark before, the loop until its last step (or a stop), the
+    benchmark after (a finished run's)."""
+    trainer, factory, router = prep.trainer, prep.factory, prep.router
+    first = trainer.version  # 0, or where a resumed run continues
+    before = await run_benchmark(factory, router, first)
+    run.say(f"benchmark before: {before:.3f}")
+    cancelled = False
+    loop_start = run.clock()  # calibration compares the simulator with the loop's time
+    try:
+        await loop.run(should_stop)
+        cancelled = trainer.version < run.plan.steps
+    finally:
+        await loop.settle()
+        await midrun.finish()
+    after = float("nan")
+    if not cancelled:
+        await loop.ensure_engine()  # the final benchmark needs one: a trainer comes back
+        after = await run_benchmark(factory, router, trainer.version)
+        run.say(f"benchmark after: {after:.3f}")
+    return Outcome(cancelled, first, before, after, loop_start)
+
+
+def _finish(
+    run: Setting, prep: Prepared, loop: Loop, midrun: BenchmarkEvery, out: Outcome
+) -> dict[str, Any]:
+    """Stage 4: the run's last status, and on a finished run its summary (``summary.json``)
+    and calibration (``costs.json``, the workload)."""
+    plan, version = run.plan, prep.trainer.version
+    if out.cancelled:
+        run.sink.emit(
+            ev.RunStatus(
+                t=run.clock(), status="cancelled", step=version, message="cancelled by user"
+            )
+        )
+        return {"policy": plan.policy, "backend": "real", "status": "cancelled", "steps": version}
+    router = prep.router
+    summary = prep.books.summary(
+        loop, router, out.before, out.after, run.clock(), prep.factory, prep.warm
+    )
+    summary["benchmark_by_version"] = {out.first: out.before, **midrun.scores, version: out.after}
+    (run.workdir / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_calibration(run.workdir, plan.config, loop, router, out.loop_start)
+    run.sink.emit(ev.RunStatus(t=run.clock(), status="succeeded", step=version, message=""))
+    return summary
 
 
 async def _make_units(

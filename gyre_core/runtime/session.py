@@ -34,6 +34,7 @@ from gyre_core.rollout.plugins import (
 )
 from gyre_core.rollout.router import Router
 from gyre_core.rollout.task_env import TaskEnv
+from gyre_core.runtime.plan import train_setup
 from gyre_core.train.trainer import Trainer
 from gyre_core.trajectory.format import Rollout
 
@@ -56,7 +57,7 @@ def make_model_dir(
     out = workdir / "model"
     if not (out / "config.json").exists():
         from gyre_core.models.init import init_checkpoint
-        from gyre_core.models.shape import ModelShape
+        from gyre_core.models.shape import TINY_HEAD_DIM, ModelShape, tiny_heads
 
         say = sink or ev.NullSink()
         what = f"tokenizer ({cfg.model.tokenizer}) and {cfg.model.layers}-layer weights"
@@ -67,9 +68,9 @@ def make_model_dir(
             vocab_size=1024,
             layers=cfg.model.layers,
             hidden=h,
-            heads=max(1, h // 32),
+            heads=tiny_heads(h),
             kv_heads=cfg.model.kv_heads,
-            head_dim=32,
+            head_dim=TINY_HEAD_DIM,
             intermediate=2 * h,
             max_positions=4096,
             tie_embeddings=cfg.model.tie_embeddings,
@@ -179,7 +180,7 @@ class SessionFactory:
         ref = None
         if self.cfg.train.kl_coef > 0:
             ref = AutoModelForCausalLM.from_pretrained(str(self.model_dir), dtype=torch.float32)
-        return Trainer.for_run(model, self.cfg, ref)
+        return Trainer.for_run(model, train_setup(self.cfg), ref)
 
     def _group(self, idx: int) -> tuple[int, str, int]:
         g = self.cfg.rollout.group_size

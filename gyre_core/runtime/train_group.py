@@ -27,6 +27,7 @@ from typing import Any
 import ray
 
 from gyre_core.config import RunConfig
+from gyre_core.runtime.plan import train_setup
 from gyre_core.train.losses import count_fresh
 from gyre_core.train.member import CHECKPOINT, INIT, KEEP, GroupSpec
 from gyre_core.train.trainer import BatchPlan, shard_by_tokens
@@ -66,6 +67,7 @@ class TrainGroup:
 
     def __init__(self, cfg: RunConfig, workdir: Path, source: Source | None = None) -> None:
         self.cfg, self.config = cfg, cfg.train
+        self.setup = train_setup(cfg)  # what each member's trainer takes of the config
         self.staleness_bound = cfg.scheduler.staleness_bound
         self.plan = BatchPlan(cfg.train, cfg.scheduler.staleness_bound)
         self.source = source or Source(INIT)
@@ -160,7 +162,7 @@ class TrainGroup:
         procs = [p for s in new for p in s.procs]
         outs = await asyncio.gather(
             *(
-                p.form.remote(self.cfg, self.reference, spec)
+                p.form.remote(self.setup, self.reference, spec)
                 for p, spec in zip(procs, specs, strict=True)
             ),
             *(p.leave.remote() for s in leaving for p in s.procs),

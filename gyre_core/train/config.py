@@ -98,3 +98,16 @@ def recorded_settings(settings: dict[str, Any]) -> dict[str, Any]:
     if "ratio_cap" in out and out["ratio_cap"] is None:
         out["ratio_cap"] = 0.0
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class TrainSetup:
+    """What a run's trainer takes from its run config: its own ``train`` section, the
+    scheduler's ``staleness_bound`` (tokens older than that many versions are not trained)
+    and the run's ``seed``. The runtime cuts it from the config
+    (:func:`gyre_core.runtime.plan.train_setup`); nothing in ``gyre_core.train`` reads the
+    rest of a run config."""
+
+    train: TrainConfig
+    staleness_bound: int
+    seed: int

@@ -28,7 +28,7 @@ from safetensors.torch import load_file, save_file
 from torch._C._distributed_c10d import PrefixStore, TCPStore
 from transformers import AutoModelForCausalLM
 
-from gyre_core.config import RunConfig
+from gyre_core.train.config import TrainSetup
 from gyre_core.train.sharded import ShardedTrainer, unit_mesh
 from gyre_core.train.trainer import Trainer
 from gyre_core.trajectory.sample import PackedSample
@@ -77,11 +77,12 @@ def device_and_backend() -> tuple[str, str]:
 
 
 class TrainMember:
-    """The training side of one process: ``model_dir`` is the run's model folder,
-    ``reference`` a full weights file for the KL reference ("" for the model folder's)."""
+    """The training side of one process: ``setup`` is what the run's trainer takes of its
+    config, ``model_dir`` the run's model folder, ``reference`` a full weights file for the
+    KL reference ("" for the model folder's)."""
 
-    def __init__(self, cfg: RunConfig, model_dir: str, reference: str = "") -> None:
-        self.cfg, self.model_dir, self.reference = cfg, model_dir, reference
+    def __init__(self, setup: TrainSetup, model_dir: str, reference: str = "") -> None:
+        self.setup, self.model_dir, self.reference = setup, model_dir, reference
         self.sharded: ShardedTrainer | None = None
         self.device, self.backend = device_and_backend()
 
@@ -101,8 +102,8 @@ class TrainMember:
                 model.load_state_dict(load_file(path))
             return model.to(self.device)
 
-        ref = load(self.reference) if self.cfg.train.kl_coef > 0 else None
-        trainer = Trainer.for_run(load(), self.cfg, ref)
+        ref = load(self.reference) if self.setup.train.kl_coef > 0 else None
+        trainer = Trainer.for_run(load(), self.setup, ref)
         trainer.version = version
         return ShardedTrainer(trainer, mesh)
 

@@ -32,8 +32,7 @@ from safetensors.torch import save_file
 from torch.distributed.tensor import DTensor
 from transformers import PreTrainedModel
 
-from gyre_core.config import RunConfig
-from gyre_core.train.config import PRECISIONS, TrainConfig
+from gyre_core.train.config import TrainConfig, TrainSetup
 from gyre_core.train.losses import (
     LossSettings,
     LossStats,
@@ -142,7 +141,8 @@ class Trainer:
     ``config`` is the run's ``train`` section; ``staleness_bound`` (the run's
     ``scheduler.staleness_bound``: tokens older than that many versions are not trained) and
     ``seed`` (the run's) come from the rest of the run config, ``options`` are the trainer's
-    own knobs (:class:`TrainerOptions`). :meth:`for_run` takes all three from a run config.
+    own knobs (:class:`TrainerOptions`). :meth:`for_run` takes the first three from a
+    :class:`~gyre_core.train.config.TrainSetup`.
     ``ref_model`` is the frozen reference for the KL penalty (required when ``kl_coef > 0``).
     ``version`` is the policy version of the current weights; each optimizer step adds one.
     Staleness is measured against ``current_version`` where a method takes one (default:
@@ -163,10 +163,6 @@ class Trainer:
         options = options or TrainerOptions()
         if config.kl_coef > 0 and ref_model is None:
             raise ValueError("train.kl_coef > 0 needs a ref_model")
-        if config.precision not in PRECISIONS:
-            raise ValueError(
-                f"train.precision must be one of {', '.join(PRECISIONS)}, got {config.precision!r}"
-            )
         if config.logit_chunk < 0:
             raise ValueError(f"train.logit_chunk must be >= 0, got {config.logit_chunk}")
         if config.ratio_cap and not config.ratio_cap > 1 + config.clip_high:
@@ -217,15 +213,16 @@ class Trainer:
 
     @classmethod
     def for_run(
-        cls, model: PreTrainedModel, cfg: RunConfig, ref_model: PreTrainedModel | None = None
+        cls, model: PreTrainedModel, setup: TrainSetup, ref_model: PreTrainedModel | None = None
     ) -> Trainer:
-        """The trainer of run ``cfg`` (every replica of a run is built this way)."""
+        """The trainer of a run, from what it takes of the run's config (``setup``: every
+        replica of a run is built this way)."""
         return cls(
             model,
-            cfg.train,
+            setup.train,
             ref_model,
-            staleness_bound=cfg.scheduler.staleness_bound,
-            seed=cfg.seed,
+            staleness_bound=setup.staleness_bound,
+            seed=setup.seed,
         )
 
     def settings(self) -> dict[str, Any]:

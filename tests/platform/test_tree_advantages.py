@@ -21,6 +21,7 @@ from gyre_core import events as ev
 from gyre_core.config import RunConfig
 from gyre_core.models.model import build_model, tiny_qwen3_config
 from gyre_core.models.shape import ModelShape
+from gyre_core.runtime.plan import train_setup
 from gyre_core.train.trainer import Trainer
 from gyre_core.trajectory.format import Call
 from gyre_core.trajectory.format import Rollout as CoreRollout
@@ -65,11 +66,11 @@ def _run(people, train: dict[str, object]):
 
 def _trainers_tree(run, batch: list[CoreRollout] = ROLLOUTS) -> PrefixTree:
     """What the run's own trainer trains on when ``batch`` is a step's batch: its config ->
-    Trainer.for_run -> Trainer.weigh."""
+    train_setup -> Trainer.for_run -> Trainer.weigh."""
     shape = ModelShape(32, layers=1, hidden=32, heads=1, kv_heads=1, head_dim=32,
                        intermediate=32, max_positions=64)  # fmt: skip
     model = build_model(tiny_qwen3_config(shape))
-    trainer = Trainer.for_run(model, RunConfig.from_dict(run.config))
+    trainer = Trainer.for_run(model, train_setup(RunConfig.from_dict(run.config)))
     return trainer.weigh(batch, current_version=0)["g0"]
 
 

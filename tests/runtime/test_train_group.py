@@ -17,6 +17,7 @@ import torch
 
 from gyre_core.config import RunConfig
 from gyre_core.rollout.vllm_ext.gyre_weights import group_of
+from gyre_core.runtime.plan import train_setup
 from gyre_core.runtime.real_job import _make_units, release_units
 from gyre_core.runtime.train_group import TrainGroup, fetch_weights
 from gyre_core.train.trainer import Trainer
@@ -77,7 +78,7 @@ def test_width_changes_and_offload_keep_the_same_run(ray_cluster, tmp_path) -> N
     model_dir = tmp_path / "model"
     tiny_model().save_pretrained(model_dir)
     cfg = _cfg(model_dir)
-    plain = Trainer.for_run(tiny_model(), cfg)
+    plain = Trainer.for_run(tiny_model(), train_setup(cfg))
     for v in range(STEPS):
         plain.step(_batch(v))
     want = {n: p.detach() for n, p in plain.model.named_parameters()}

@@ -20,6 +20,7 @@ from gyre_core.models.model import build_model, tiny_qwen3_config
 from gyre_core.models.shape import ModelShape
 from gyre_core.rollout.engine import SamplingParams
 from gyre_core.rollout.torch_engine import TorchEngine
+from gyre_core.runtime.plan import train_setup
 from gyre_core.train import sparse_attention
 from gyre_core.train.trainer import Trainer, TrainerOptions, shard_by_tokens
 from gyre_core.trajectory.format import Call, Rollout
@@ -193,7 +194,7 @@ def test_sparse_attention_path_gives_the_dense_gradients(
 def test_the_runs_trainer_takes_its_sections_values() -> None:
     cfg = RunConfig.from_dict({"seed": 3, "scheduler": {"staleness_bound": 1},
                                "train": {"lr": 1e-3, "advantage_mode": "per_path"}})  # fmt: skip
-    trainer = Trainer.for_run(tiny_model(), cfg)
+    trainer = Trainer.for_run(tiny_model(), train_setup(cfg))
     assert trainer.config is cfg.train and trainer.staleness_bound == 1 and trainer.seed == 3
     assert trainer.optimizer.param_groups[0]["lr"] == 1e-3
     assert trainer.config.weighting.mode == "per_path"
