@@ -43,7 +43,7 @@ def test_the_plan_holds_the_values_the_driver_and_the_loop_take() -> None:
                 "drain_deadline_s": 1.5,
                 "policy": "elastic",
             },
-            "train": {"warm_start_steps": 2},
+            "warm_start": {"steps": 2},
         }
     )
     plan = RunPlan.of(cfg)
