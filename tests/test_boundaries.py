@@ -8,12 +8,11 @@ second and imports neither Django nor Ray. An import inside a function or under
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
-from benchmarks.house import House, survey
+from benchmarks.house import House, imports, survey
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,25 +61,6 @@ def sources(root: Path, folder: str) -> Iterator[tuple[str, str, Path]]:
 def modules(root: Path) -> frozenset[str]:
     folders = ("gyre_core", "platform/gyre_web", "workers")
     return frozenset(m for f in folders for _, m, _ in sources(root, f))
-
-
-def imports(path: Path, module: str, known: frozenset[str]) -> Iterator[tuple[int, str]]:
-    """(line, imported module) for each import in ``path``. ``from a import b`` gives
-    ``a.b`` when that names a module of the repository, else ``a``; relative imports are
-    resolved against ``module``'s package."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield node.lineno, alias.name
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, *([base] if base else [])])
-            for alias in node.names:
-                full = f"{base}.{alias.name}"
-                yield node.lineno, full if full in known else base
 
 
 def core_violations(root: Path = ROOT) -> list[str]:

@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 
 from gyre_core.events import storable_text
-from gyre_core.trajectory.format import FORMAT, Rollout, TrajectoryFormatError, read_rollouts
+from gyre_core.trajectory.format import Rollout, TrajectoryFormatError, read_rollouts
 from gyre_core.trajectory.rewards import Weighting
 from gyre_core.trajectory.tree import Node, PrefixTree
-from gyre_core.trajectory.writer import write_rollouts
+from gyre_core.trajectory.writer import rollout_to_json, write_rollouts
 
 PREVIEW_TOKENS = 24  # tokens shown in a node's preview
 KEY_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -202,23 +202,4 @@ def format_fields(rollout: Rollout) -> dict[str, Any]:
     """One rollout as a ``gyre.trajectory/v1`` line holding the format's fields only (its
     ``extra``, a file's unknown keys, dropped), tokens and numbers exactly as parsed
     (``write_rollouts`` keeps ``extra`` and rounds log-probabilities)."""
-    calls = []
-    for c in rollout.calls:
-        call: dict[str, Any] = {"call_id": c.call_id, "agent": c.agent, "kind": c.kind}
-        if c.prefix is not None:
-            call["prefix"] = {"call_id": c.prefix.call_id, "tokens": c.prefix.tokens}
-        call["prompt_ids"] = c.prompt_ids.tolist()
-        call["completion_ids"] = c.completion_ids.tolist()
-        call["logprobs"] = c.logprobs.tolist()  # float64: printed back exactly
-        call["versions"] = c.versions.tolist()
-        calls.append(call)
-    return {
-        "format": FORMAT,
-        "rollout_id": rollout.rollout_id,
-        "task_id": rollout.task_id,
-        "group_id": rollout.group_id,
-        "status": rollout.status,
-        "progress": rollout.progress,
-        "reward": rollout.score,
-        "calls": calls,
-    }
+    return rollout_to_json(rollout, exact=True, extra=False)

@@ -11,8 +11,11 @@ from gyre_core.trajectory.format import FORMAT, Call, Prefix, Rollout
 from gyre_core.trajectory.tree import CallRef, PrefixTree
 
 
-def rollout_to_json(rollout: Rollout) -> dict[str, Any]:
-    """The JSON object of one rollout, its calls written as given."""
+def rollout_to_json(rollout: Rollout, *, exact: bool = False, extra: bool = True) -> dict[str, Any]:
+    """The JSON object of one rollout, its calls written as given. ``exact``: log-probs
+    printed back exactly (float64) and versions always a list, instead of log-probs
+    rounded to 6 places and one version where all tokens share it; ``extra``: keep the
+    rollout's unknown top-level keys (a file's own, kept by the reader)."""
     calls = []
     for c in rollout.calls:
         d: dict[str, Any] = {"call_id": c.call_id, "agent": c.agent, "kind": c.kind}
@@ -20,9 +23,11 @@ def rollout_to_json(rollout: Rollout) -> dict[str, Any]:
             d["prefix"] = {"call_id": c.prefix.call_id, "tokens": c.prefix.tokens}
         d["prompt_ids"] = c.prompt_ids.tolist()
         d["completion_ids"] = c.completion_ids.tolist()
-        d["logprobs"] = [round(x, 6) for x in c.logprobs.tolist()]
+        logprobs = c.logprobs.tolist()
+        d["logprobs"] = logprobs if exact else [round(x, 6) for x in logprobs]
         v = c.versions
-        d["versions"] = int(v[0]) if len(v) and (v == v[0]).all() else v.tolist()
+        uniform = not exact and len(v) and (v == v[0]).all()
+        d["versions"] = int(v[0]) if uniform else v.tolist()
         calls.append(d)
     out: dict[str, Any] = {
         "format": FORMAT,
@@ -33,7 +38,8 @@ def rollout_to_json(rollout: Rollout) -> dict[str, Any]:
         "progress": rollout.progress,
         "reward": rollout.score,
     }
-    out.update(rollout.extra)
+    if extra:
+        out.update(rollout.extra)
     out["calls"] = calls
     return out
 
