@@ -94,10 +94,11 @@ def _wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> None:
 
 @pytest.fixture(scope="module")
 def private_redis(tmp_path_factory, django_db_setup) -> Iterator[RedisServer]:
-    """The private Redis, and this process's launches sent to it (the Celery app's broker
-    URL changed and its connection pools dropped, restored afterwards)."""
-    from workers.celery_app import app
+    """The private Redis, and this process's launches sent to it (the platform's queue
+    client's broker URL changed and its connection pools dropped, restored afterwards)."""
+    from gyre_web.queue import client
 
+    app = client()
     server = RedisServer(_free_port(), tmp_path_factory.mktemp("redis"))
     server.start()
     saved = app.conf.broker_url
