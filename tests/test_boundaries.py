@@ -8,11 +8,10 @@ second and imports neither Django nor Ray. An import inside a function or under
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
-from benchmarks.house import House, imports, survey
+from benchmarks.house import House, imports, sources, survey
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -45,16 +44,6 @@ WORKER_EXCEPTIONS = {
 KNOWN_CIRCLES: set[tuple[str, str]] = set()  # none left
 # What the workers may use of the platform: an app's services, selectors and models.
 PLATFORM_LAYERS = ("services", "selectors", "models")
-
-
-def sources(root: Path, folder: str) -> Iterator[tuple[str, str, Path]]:
-    """(path relative to ``root``, module name, file) for each module under ``folder``."""
-    base = root / "platform" if folder.startswith("platform/") else root
-    for path in sorted((root / folder).rglob("*.py")):
-        parts = list(path.relative_to(base).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        yield path.relative_to(root).as_posix(), ".".join(parts), path
 
 
 @cache
