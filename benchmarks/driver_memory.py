@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_check import SHAPES  # a sibling script: the shapes live there
+from gpu_suite_common import SHAPES  # a sibling module: the shapes live there
 
 from gyre_core.config import RunConfig
 from gyre_core.events import NullSink

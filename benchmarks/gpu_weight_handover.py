@@ -1,7 +1,7 @@
 """The weight hand-over of a colocated trainer and inference engine on one device.
 
 The trainer (this process) holds a Qwen3-shaped model's weights in bf16 (random values;
-the names and shapes come from ``benchmarks/gpu_check.py``'s ``SHAPES``, no model is built).
+the names and shapes come from ``benchmarks/gpu_suite_common.py``'s ``SHAPES``, no model is built).
 The engine is a child process (``torch.multiprocessing``, spawn) that preallocates the same
 tensors on the same device. A hand-over sends every weight in buckets laid out by
 ``gyre_core/rollout/vllm_ext/gyre_weights.py``: the sender packs a bucket into one flat
@@ -235,8 +235,8 @@ def _size(b: float) -> str:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here, not at the top: the receiver re-imports this file (spawn) and so
-    # skips gpu_check's imports (transformers).
-    from benchmarks.gpu_check import SHAPES
+    # skips gpu_suite_common's imports (transformers).
+    from benchmarks.gpu_suite_common import SHAPES
 
     if args.shape not in SHAPES:
         print(f"error: --shape must be one of {', '.join(SHAPES)}", file=sys.stderr)
@@ -304,7 +304,7 @@ def main() -> None:
         action="store_true",
         help="the tiny shape, vocab 4096, 0.25 MB buckets, on the CPU (overrides those options)",
     )
-    ap.add_argument("--shape", default="1.7b", help="a key of gpu_check.SHAPES")
+    ap.add_argument("--shape", default="1.7b", help="a key of gpu_suite_common.SHAPES")
     ap.add_argument("--vocab", type=int, default=151_936)
     ap.add_argument("--tied", action="store_true", help="no lm_head (tied to the embeddings)")
     ap.add_argument("--bucket-mb", type=float, default=512.0)

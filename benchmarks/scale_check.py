@@ -1,6 +1,6 @@
 """Sharded training at scale on the CPU: a gloo world of ``--units`` training units of
 ``--per-unit`` processes (``ShardedTrainer``: FSDP2 within a unit, replicas across units)
-trains a randomly initialised model of a named shape (``gpu_check.SHAPES``) in fp32 for
+trains a randomly initialised model of a named shape (``gpu_suite_common.SHAPES``) in fp32 for
 ``--steps`` RL steps on a fixed synthetic agentic batch, one torch thread per process.
 
 Each process reports its peak RSS (``ru_maxrss``), its increase over the process before
@@ -42,7 +42,13 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.gpu_check import SHAPES, STATE_BYTES, agentic_batch, bench_trainer, model_config
+from benchmarks.gpu_suite_common import (
+    SHAPES,
+    STATE_BYTES,
+    agentic_batch,
+    bench_trainer,
+    model_config,
+)
 from gyre_core.models.model import build_model
 from gyre_core.models.shape import ModelShape
 from gyre_core.models.tokenizer import as_hf_tokenizer, default_corpus, train_tokenizer

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.gpu_check import model_config
+from benchmarks.gpu_suite_common import model_config
 from benchmarks.scale_check import main
 from gyre_core.models.model import build_model
 
