@@ -255,6 +255,7 @@ def tree_vs_linear(ctx: Context, shape: str) -> dict[str, Any]:
     dtype = torch.bfloat16 if ctx.cuda else torch.float32
     tree_model = build_on(ctx.device, shape, ctx.vocab, ctx.tree_impl, dtype=dtype)
     lin_model = build_on(ctx.device, shape, ctx.vocab, "dense", dtype=dtype)
+    tree_model.train(), lin_model.train()  # as the trainer runs them (flex compiles per mode)
     warm = tree_pass(tree_model, samples, ctx.tree_impl)  # flex compiles here
     warm += linear_pass(lin_model, branches[:2])
     reset_peak(ctx.device)
