@@ -152,3 +152,15 @@ def test_the_export_is_served_by_vllm_with_the_trainers_logprobs(run: Path, tmp_
             layer.mlp.gate.weight.copy_(layer.mlp.gate.weight.roll(1, 0))
     rerouted = _chain_logprobs(model, PROMPT + done.token_ids)[len(PROMPT) - 1 :]
     assert max(abs(a - b) for a, b in zip(rerouted, want, strict=True)) > 10 * LOGPROB_TOL
+
+
+def test_a_runs_tiny_model_is_a_mixture_of_experts_when_asked(tmp_path: Path) -> None:
+    from gyre_core.config import ConfigError, RunConfig
+    from gyre_core.runtime.session import make_model_dir
+
+    cfg = RunConfig.from_dict({"model": {"experts": 4, "hidden_size": 64, "layers": 1}})
+    config = json.loads((make_model_dir(cfg, tmp_path) / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3MoeForCausalLM"]
+    assert (config["num_experts_per_tok"], config["moe_intermediate_size"]) == (2, 64)
+    with pytest.raises(ConfigError, match=r"model\.experts"):
+        RunConfig.from_dict({"model": {"experts": -1}})
