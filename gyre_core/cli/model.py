@@ -20,19 +20,27 @@ def register(groups: Sub) -> None:
     p = groups.add_parser("model", help="local model checkpoints: init")
     cmds = p.add_subparsers(dest="cmd", required=True, metavar="SUBCOMMAND")
 
-    i = cmds.add_parser("init", help="train a byte-level BPE and write a random Qwen3")
+    i = cmds.add_parser("init", help="train a byte-level BPE and write a random Qwen3 (or MoE)")
     i.add_argument("--out", required=True, help="checkpoint directory (must be empty or absent)")
     for f in fields(ModelShape):
         flag = "--" + f.name.replace("_", "-")
         if f.type in (bool, "bool"):
             i.add_argument(flag, action="store_true", help=f.metadata["help"])
         else:
-            i.add_argument(flag, type=positive_int, default=f.default, help=f.metadata["help"])
+            kind = positive_int if f.metadata.get("min", 1) >= 1 else _count
+            i.add_argument(flag, type=kind, default=f.default, help=f.metadata["help"])
     i.add_argument("--seed", type=int, default=0)
     i.add_argument("--corpus", help="UTF-8 text file to train the tokenizer on (one document)")
     i.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
     i.add_argument("--json", action="store_true", help="print one JSON object")
     i.set_defaults(func=cmd_init)
+
+
+def _count(text: str) -> int:
+    """A whole number >= 0 (``--experts 0``: a dense model)."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)
 
 
 def cmd_init(args: argparse.Namespace) -> int:

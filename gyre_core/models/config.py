@@ -22,6 +22,13 @@ class ModelConfig:
         "heads (more let its heads attend to different places)",
         min=1,
     )
+    experts: int = config_field(
+        0,
+        "tiny model: experts per layer (0 = a dense MLP; more = a Qwen3-MoE, each token "
+        "routed to 2 of them (1 if only one), each hidden_size wide)",
+        min=0,
+        max=256,
+    )
     tokenizer: str = config_field(
         "generic",
         "tiny model tokenizer corpus: generic text, or that plus "

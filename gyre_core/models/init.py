@@ -1,4 +1,5 @@
-"""``init_checkpoint``: a randomly initialised Qwen3 plus a locally trained tokenizer.
+"""``init_checkpoint``: a randomly initialised Qwen3 (dense or MoE) plus a locally trained
+tokenizer.
 
 The result is a standard transformers checkpoint directory (``config.json``,
 ``model.safetensors``, ``tokenizer.json``, ...) that ``AutoModelForCausalLM`` and
@@ -65,6 +66,7 @@ def init_checkpoint(
     model.save_pretrained(out, safe_serialization=True)
     hf_tok.save_pretrained(out)
     manifest = _manifest(texts, corpus is None, shape.vocab_size, len(hf_tok), seed, arch)
+    manifest["model"]["architecture"] = shape.architecture
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return out
 

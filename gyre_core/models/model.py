@@ -1,20 +1,42 @@
-"""Randomly initialised Qwen3 models built from a config alone (no hub download)."""
+"""Randomly initialised Qwen3 models (dense or mixture-of-experts) built from a config
+alone (no hub download)."""
 
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import (
+    PreTrainedModel,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+    Qwen3MoeConfig,
+    Qwen3MoeForCausalLM,
+)
 
 from gyre_core.models.shape import ModelShape
 
 ROPE_THETA = 10_000.0
 
 
-def tiny_qwen3_config(shape: ModelShape) -> Qwen3Config:
-    """The transformers config of ``shape``."""
-    return Qwen3Config(
+def tiny_qwen3_config(shape: ModelShape) -> Qwen3Config | Qwen3MoeConfig:
+    """The transformers config of ``shape``: a ``Qwen3MoeConfig`` when it has experts."""
+    if shape.experts:
+        return Qwen3MoeConfig(
+            num_experts=shape.experts,
+            num_experts_per_tok=shape.experts_per_token,
+            moe_intermediate_size=shape.moe_intermediate,
+            norm_topk_prob=True,  # as Qwen3's MoE checkpoints
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            **_common(shape),
+        )
+    return Qwen3Config(**_common(shape))
+
+
+def _common(shape: ModelShape) -> dict[str, Any]:
+    return dict(
         vocab_size=shape.vocab_size,
         hidden_size=shape.hidden,
         intermediate_size=shape.intermediate,
@@ -32,13 +54,14 @@ def tiny_qwen3_config(shape: ModelShape) -> Qwen3Config:
 
 
 def build_model(
-    config: Qwen3Config,
+    config: Qwen3Config | Qwen3MoeConfig,
     *,
     dtype: torch.dtype = torch.float32,
     seed: int = 0,
     attn_implementation: str = "sdpa",
-) -> Qwen3ForCausalLM:
-    """A randomly initialised ``Qwen3ForCausalLM``; the same seed gives the same weights.
+) -> PreTrainedModel:
+    """A randomly initialised ``Qwen3ForCausalLM`` (``Qwen3MoeForCausalLM`` for a MoE
+    config); the same seed gives the same weights.
 
     Weights are always drawn in float32 and then cast, so a float64 model built with the
     same seed is the float32 one, upcast: handy for comparing paths at tight tolerance.
@@ -50,7 +73,11 @@ def build_model(
     config._attn_implementation = attn_implementation
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen3ForCausalLM(config)
+        model: PreTrainedModel
+        if isinstance(config, Qwen3MoeConfig):
+            model = Qwen3MoeForCausalLM(config)
+        else:
+            model = Qwen3ForCausalLM(config)
     # nn.Module.to rather than the model's own: transformers wraps it in a way mypy cannot
     # type, and its override only adds checks for quantised models.
     torch.nn.Module.to(model, dtype=dtype)

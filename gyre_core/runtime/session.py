@@ -74,6 +74,9 @@ def make_model_dir(
             intermediate=2 * h,
             max_positions=4096,
             tie_embeddings=cfg.model.tie_embeddings,
+            experts=cfg.model.experts,
+            experts_per_token=min(2, cfg.model.experts) or 2,
+            moe_intermediate=h,
         )
         init_checkpoint(out, shape, seed=cfg.seed, overwrite=True, corpus=tokenizer_corpus(cfg))
         say.emit(ev.PhaseProgress(t=clock(), phase=MODEL_BUILD, done=1, total=1, message=what))

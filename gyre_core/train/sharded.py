@@ -40,6 +40,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from gyre_core.train.collectives import adamw_step, broadcast_plan, served_device_types
 from gyre_core.train.config import PRECISIONS, recorded_settings
 from gyre_core.train.losses import LossStats, count_fresh
 from gyre_core.train.trainer import Trainer, demo_sample, shard_by_tokens
@@ -194,9 +195,10 @@ class ShardedTrainer:
         return logits.float().sum() * 0.0
 
     def _all_sum(self, stats: LossStats) -> LossStats:
-        vec = torch.tensor(astuple(stats), dtype=torch.float64)
+        # On the training device: NCCL serves CUDA tensors only (float64 included).
+        vec = torch.tensor(astuple(stats), dtype=torch.float64, device=self.trainer.device)
         dist.all_reduce(vec)
-        return LossStats(*(float(x) for x in vec))
+        return LossStats(*(float(x) for x in vec.tolist()))
 
     def full_state_dict(self, keep: bool = True) -> dict[str, torch.Tensor]:
         """The full (unsharded) weights, gathered one tensor at a time (a collective: every
@@ -246,7 +248,10 @@ class ShardedTrainer:
         coordinate in unit ``replica`` (a collective over the ``replicate`` dimension): a
         unit that joins receives the state its peers hold. The source's moment layout
         (which parameters have which moments) goes first, so that every process sends and
-        receives the same tensors in the same order."""
+        receives the same tensors in the same order. The tensors travel in one buffer per
+        (device, dtype) group: AdamW keeps its ``step`` counts on the CPU beside CUDA
+        moments, and a group on a device the backend does not serve (the CPU under NCCL)
+        is broadcast from the training device and copied back (:func:`broadcast_plan`)."""
         t = self.trainer
         group = self.mesh.get_group("replicate")
         src = dist.get_global_rank(group, replica)
@@ -254,25 +259,26 @@ class ShardedTrainer:
         layout = [mine]
         dist.broadcast_object_list(layout, src=src, group=group)
         keys: dict[str, list[str]] = layout[0]
+        options = {id(p): g for g in t.optimizer.param_groups for p in g["params"]}
         for n, p in t.params:  # the source's layout: moments made or dropped to match it
             if n not in keys:
                 t.optimizer.state.pop(p, None)
             elif sorted(t.optimizer.state.get(p, {})) != keys[n]:
                 t.optimizer.state[p] = {
-                    k: torch.tensor(0.0) if k == "step" else torch.zeros_like(p) for k in keys[n]
+                    k: adamw_step(p, options[id(p)]) if k == "step" else torch.zeros_like(p)
+                    for k in keys[n]
                 }
         tensors = []
         for n, p in t.params:
             tensors.append(_local(p))
             tensors += [_local(t.optimizer.state[p][k]) for k in keys.get(n, [])]
-        with torch.no_grad():  # one buffer per dtype: a few collectives, whatever the model
-            for dtype in sorted({x.dtype for x in tensors}, key=str):
-                part = [x for x in tensors if x.dtype == dtype]
-                flat = torch.cat([x.reshape(-1) for x in part])
+        served = served_device_types(group)
+        with torch.no_grad():  # one buffer per (device, dtype): a few collectives
+            for part in broadcast_plan([(x.device, x.dtype) for x in tensors], served, t.device):
+                xs = [tensors[i] for i in part.members]
+                flat = torch.cat([x.reshape(-1).to(part.via) for x in xs])
                 dist.broadcast(flat, src=src, group=group)
-                for x, piece in zip(
-                    part, torch.split(flat, [x.numel() for x in part]), strict=True
-                ):
+                for x, piece in zip(xs, torch.split(flat, [x.numel() for x in xs]), strict=True):
                     x.copy_(piece.view_as(x))
 
     def load_full_weights(self, state: dict[str, Any]) -> None:

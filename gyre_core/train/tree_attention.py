@@ -8,7 +8,10 @@ transformers model:
 * ``dense``: an ``[L, L]`` mask passed as a 4D additive mask. transformers 5.23 returns
   any 4D mask as-is (``masking_utils._preprocess_mask_arguments``), before it would try to
   detect packed sequences from ``position_ids``; works with the ``sdpa``, ``eager`` and
-  ``flex_attention`` backends, on any device and dtype, with gradients.
+  ``flex_attention`` backends, on any device and dtype, with gradients. Built in the
+  dtype the model computes in (:func:`compute_dtype`: bf16 under FSDP2's bf16 policy)
+  with that dtype's own most negative value: CUDA's SDPA refuses a bias of another dtype
+  than the query's, and float32's ``finfo.min`` cast to bf16 is -inf.
 * ``flex``: a block-sparse ``BlockMask`` for ``attn_implementation="flex_attention"``,
   built in O(L + blocks²) without materialising the ``[L, L]`` mask. On CPU, torch 2.13
   runs it forward only (no backward) and only in float32/float16/bfloat16.
@@ -27,6 +30,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 import torch
+from torch.distributed.fsdp import FSDPModule
 from torch.nn.attention.flex_attention import BlockMask
 from transformers import PreTrainedModel
 
@@ -111,6 +115,29 @@ def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """
     zero = torch.zeros((), dtype=dtype, device=mask.device)
     return torch.where(mask, zero, torch.finfo(dtype).min)
+
+
+def compute_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype ``model``'s forward computes in (its queries, keys and values): the
+    parameter dtype of FSDP2's mixed-precision policy when it has one (the weights
+    themselves stay in their master dtype), else the model's own dtype."""
+    if isinstance(model, FSDPModule):
+        policy = getattr(model._get_fsdp_state(), "_mp_policy", None)
+        if policy is not None and policy.param_dtype is not None:
+            wanted: torch.dtype = policy.param_dtype
+            return wanted
+    dtype: torch.dtype = model.dtype  # type: ignore[assignment]
+    return dtype
+
+
+def check_mask_dtype(mask: torch.Tensor | BlockMask, dtype: torch.dtype) -> None:
+    """Refuse an additive (floating-point) ``mask`` of another dtype than ``dtype``, the one
+    the model computed in: CUDA's SDPA refuses such a bias where the CPU's accepts it."""
+    if isinstance(mask, torch.Tensor) and mask.is_floating_point() and mask.dtype != dtype:
+        raise ValueError(
+            f"the tree mask is {mask.dtype} but the model computes in {dtype}: the attention "
+            "bias must have the query's dtype (CUDA's SDPA refuses another)"
+        )
 
 
 def _tree_mask_mod(end: torch.Tensor) -> Any:
@@ -235,7 +262,7 @@ def tree_mask(
     ``attn_implementation="gyre_tree"``.
     """
     backend = str(model.config._attn_implementation)
-    device, dtype = model.device, model.dtype
+    device, dtype = model.device, compute_dtype(model)
     if impl == "dense":
         if backend not in ("eager", "sdpa", "flex_attention"):
             raise ValueError(
@@ -271,13 +298,15 @@ def tree_forward(
     see :func:`tree_mask` for the backend each ``impl`` needs. The trainer does not keep
     these: it projects the hidden states of :func:`tree_hidden` in chunks (``memory.py``)."""
     device = model.device
+    mask = tree_mask(model, parent, impl)
     out = model(
         input_ids=input_ids.to(device)[None],
         position_ids=position_ids.to(device)[None],
-        attention_mask=tree_mask(model, parent, impl),
+        attention_mask=mask,
         use_cache=False,
     )
     logits: torch.Tensor = out.logits[0]
+    check_mask_dtype(mask, logits.dtype)
     return logits
 
 
@@ -296,15 +325,17 @@ def tree_hidden(
     its root parameters and hooks its backward on the root's outputs, this one included.
     """
     device = model.device
+    mask = tree_mask(model, parent, impl)
     out = model(
         input_ids=input_ids.to(device)[None],
         position_ids=position_ids.to(device)[None],
-        attention_mask=tree_mask(model, parent, impl),
+        attention_mask=mask,
         use_cache=False,
         logits_to_keep=torch.empty(0, dtype=torch.long, device=device),
         output_hidden_states=-1,
     )
     hidden: torch.Tensor = out.hidden_states[-1][0]
+    check_mask_dtype(mask, hidden.dtype)
     return hidden
 
 

@@ -216,3 +216,16 @@ def test_the_cli_flags_are_the_model_shape_with_its_defaults(tmp_path):
 def test_a_shape_the_models_cannot_take_is_refused(change, message):
     with pytest.raises(ValueError, match=message):
         replace(TINY, **change)
+
+
+def test_the_cli_takes_a_mixture_of_experts_and_refuses_a_bad_one(tmp_path):
+    from gyre_core.cli.main import build_parser
+
+    parse = build_parser().parse_args
+    args = parse(["model", "init", "--out", "x", "--experts", "8", "--experts-per-token", "2"])
+    assert (args.experts, args.experts_per_token) == (8, 2)
+    assert parse(["model", "init", "--out", "x", "--experts", "0"]).experts == 0  # dense
+    bad = gyre("model", "init", "--out", str(tmp_path / "m"), "--experts", "2",
+               "--experts-per-token", "3")  # fmt: skip
+    assert bad.returncode == 2 and "experts_per_token must be between 1 and experts" in bad.stderr
+    assert gyre("model", "init", "--out", "x", "--experts", "-1").returncode == 2
