@@ -222,6 +222,10 @@ class ShardedTrainer:
         they are taken; the next group's trainer adopts them (:meth:`set_local_state`)."""
         t = self.trainer
         ref = t.ref_model
+        for model in (t.model, ref):  # a step cut short (an abort) may hold gathered weights
+            for module in model.modules() if model is not None else ():
+                if isinstance(module, FSDPModule):
+                    module.reshard()
         return LocalState(
             {n: _local(p).detach() for n, p in t.model.named_parameters()},
             {
