@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import socket
 from datetime import timedelta
+from typing import Any
 
 import torch.distributed as dist
 
@@ -41,6 +42,20 @@ def collective_timeout() -> timedelta:
     if seconds <= 0:
         raise ValueError(f"{TIMEOUT_ENV} must be above 0, got {raw!r}")
     return timedelta(seconds=seconds)
+
+
+def set_timeout(groups: list[Any], timeout: timedelta) -> None:
+    """``timeout`` on each of ``groups`` (``None``: the default group). A group made by
+    ``new_group``, as a device mesh makes its dimensions', takes the backend's default
+    otherwise (30 min for gloo, 10 for NCCL), not the default group's."""
+    setter = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
+    if setter is None:
+        raise RuntimeError(
+            "this torch has no torch.distributed.distributed_c10d._set_pg_timeout: the "
+            "training group's collectives would wait the backend's default timeout"
+        )
+    for group in groups:
+        setter(timeout, group)
 
 
 def _sockets() -> dict[int, str]:

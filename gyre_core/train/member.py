@@ -42,7 +42,7 @@ from torch._C._distributed_c10d import PrefixStore, TCPStore
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from gyre_core.train.config import TrainSetup
-from gyre_core.train.group_abort import GroupAbort, collective_timeout
+from gyre_core.train.group_abort import GroupAbort, collective_timeout, set_timeout
 from gyre_core.train.sharded import LocalState, ShardedTrainer, unit_mesh
 from gyre_core.train.trainer import Trainer
 from gyre_core.trajectory.sample import PackedSample
@@ -189,10 +189,12 @@ class TrainMember:
             store=PrefixStore(spec.key, store),
             rank=spec.rank,
             world_size=world,
-            timeout=collective_timeout(),
+            timeout=TIMEOUT,  # the rendezvous: members may arrive far apart
         )
         mesh = unit_mesh(spec.units, spec.per_unit, self.device)
         self.aborter.after()
+        groups = [None, mesh.get_group("replicate"), mesh.get_group("shard")]
+        set_timeout(groups, collective_timeout())  # every collective after it
         self._source = spec.source
         self.sharded = self._build(mesh, spec.version, kept)
         del kept

@@ -7,7 +7,10 @@ connections stay open, as a node that vanished or a hung GPU, so nothing tells u
 unit 0 is inside the next step's first collective. The test, as the driver, then asks unit 0
 to abort (``TrainMember.abort``, what the actor's ``abort_group`` calls from its own loop):
 the step must raise within a few seconds of it, not after the collective timeout. Unit 0
-then forms a group alone from the offload and holds exactly its weights, and trains."""
+then forms a group alone from the offload and holds exactly its weights, and trains.
+Where no abort comes, the step fails after ``GYRE_COLLECTIVE_TIMEOUT_S`` (5 s here): the
+timeout reaches the groups FSDP2's collectives run on (the mesh's), not only the default
+group."""
 
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from tests.train.test_trainer import sample_rollouts, tiny_model
 pytestmark = pytest.mark.slow
 DEADLINE_S = 90  # the survivor's whole run; the collective timeout is 120 s (300 s before)
 ABORT_WITHIN_S = 5.0
+TIMEOUT_S = 5  # GYRE_COLLECTIVE_TIMEOUT_S of the timeout case
 
 
 def _batch(version: int) -> list:  # type: ignore[type-arg]
@@ -60,12 +64,13 @@ def _process(index: int, port: int, model_dir: str, tmp: str, events: dict[str, 
         member.abort()
 
     threading.Thread(target=watch, daemon=True).start()
-    error = ""
+    error, t0 = "", time.monotonic()
     try:
         step(member, plan, bound, _batch(2), 2, spec.rank, 2)
-    except Exception as exc:  # the blocked collective, ended by the abort
+    except Exception as exc:  # the blocked collective, ended by the abort or the timeout
         error = type(exc).__name__
-    returned = time.monotonic() - aborted.get("t", float("inf"))
+    end = time.monotonic()
+    returned = end - aborted.get("t", t0)
     alone = place.spec([0], 1, "checkpoint", path=f"{tmp}/offload", version=3)
     assert alone is not None
     place.form(member, alone)
@@ -77,9 +82,12 @@ def _process(index: int, port: int, model_dir: str, tmp: str, events: dict[str, 
     os._exit(0)
 
 
+@pytest.mark.parametrize("ends_by", ["abort", "timeout"])
 def test_an_aborted_collective_returns_at_once_and_the_run_resumes_from_the_offload(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ends_by: str
 ) -> None:
+    if ends_by == "timeout":  # the spawned processes inherit it
+        monkeypatch.setenv("GYRE_COLLECTIVE_TIMEOUT_S", str(TIMEOUT_S))
     model_dir = tmp_path / "model"
     tiny_model().save_pretrained(model_dir)
     ctx = multiprocessing.get_context("spawn")
@@ -94,7 +102,8 @@ def test_an_aborted_collective_returns_at_once_and_the_run_resumes_from_the_offl
     try:
         assert events["frozen"].wait(DEADLINE_S), "unit 1 never reached its lost step"
         time.sleep(2.0)  # unit 0 is now blocked inside the step's first collective
-        events["abort"].set()
+        if ends_by == "abort":
+            events["abort"].set()
         procs[0].join(DEADLINE_S)
         assert not procs[0].is_alive(), "the survivor is still blocked: the abort did not end it"
         assert procs[0].exitcode == 0, f"the survivor failed (exit {procs[0].exitcode})"
@@ -105,7 +114,8 @@ def test_an_aborted_collective_returns_at_once_and_the_run_resumes_from_the_offl
                 p.join()
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["error"], "the blocked step returned without an error"
-    assert result["returned_s"] < ABORT_WITHIN_S, f"returned {result['returned_s']:.1f} s after"
+    within = ABORT_WITHIN_S if ends_by == "abort" else TIMEOUT_S + 20.0
+    assert result["returned_s"] < within, f"returned {result['returned_s']:.1f} s after"
     restored = torch.load(tmp_path / "restored.pt")
     saved = read_checkpoint(tmp_path / "offload")["model"]
     assert restored.keys() == saved.keys()
