@@ -120,7 +120,6 @@ class TrainMember:
         self.sharded: ShardedTrainer | None = None
         self.device, self.backend = device_and_backend()
         self.aborter = GroupAbort(self.backend)
-        self._source = INIT  # where the current group's state came from
 
     @property
     def formed(self) -> bool:
@@ -131,10 +130,13 @@ class TrainMember:
             raise RuntimeError("this process is not in a training group")
         return self.sharded
 
-    def _build(self, mesh: Any, version: int, kept: LocalState | None = None) -> ShardedTrainer:
+    def _build(
+        self, mesh: Any, version: int, source: str, kept: LocalState | None
+    ) -> ShardedTrainer:
         """The trainer of a new group: from the model folder's weights (``from_pretrained``)
-        for a group formed from them, else built on the meta device (no weights read) and
-        given ``kept``, this process's own shards, or empty ones to fill."""
+        for a group formed from them (``source`` ``init``), else built on the meta device
+        (no weights read) and given ``kept``, this process's own shards, or empty ones to
+        fill. A KL reference this process did not keep is read from its file."""
 
         def load(path: str = "") -> Any:
             model: Any = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32)
@@ -143,7 +145,7 @@ class TrainMember:
             return model.to(self.device)
 
         wants_ref = self.setup.train.kl_coef > 0
-        if self._source == INIT:
+        if source == INIT:
             ref = load(self.reference) if wants_ref else None
             trainer = Trainer.for_run(load(), self.setup, ref)
         else:
@@ -195,8 +197,7 @@ class TrainMember:
         self.aborter.after()
         groups = [None, mesh.get_group("replicate"), mesh.get_group("shard")]
         set_timeout(groups, collective_timeout())  # every collective after it
-        self._source = spec.source
-        self.sharded = self._build(mesh, spec.version, kept)
+        self.sharded = self._build(mesh, spec.version, spec.source, kept)
         del kept
         parts = {"reform_s": 0.0, "transfer_s": 0.0, "restore_s": 0.0}
         t1 = time.perf_counter()
