@@ -105,7 +105,7 @@ def test_an_aborted_collective_returns_at_once_and_the_run_resumes_from_the_offl
         if ends_by == "abort":
             events["abort"].set()
         procs[0].join(DEADLINE_S)
-        assert not procs[0].is_alive(), "the survivor is still blocked: the abort did not end it"
+        assert not procs[0].is_alive(), "the survivor is still blocked in the collective"
         assert procs[0].exitcode == 0, f"the survivor failed (exit {procs[0].exitcode})"
     finally:
         for p in procs:
