@@ -81,11 +81,12 @@ def _parts(host: Any, whole: dict[str, float]) -> dict[str, float]:
     return dict(parts) if parts else whole
 
 
-@ray.remote(num_cpus=0, concurrency_groups={"metrics": 1})  # type: ignore[call-overload]
+@ray.remote(num_cpus=0, concurrency_groups={"metrics": 1, "control": 1})  # type: ignore[call-overload]
 class UnitActor:
     """One unit's process. All methods are coroutines: Ray runs them on one event loop, so
     many ``generate`` calls interleave in the engine's continuous batch; ``sys_metrics``
-    runs on a loop of its own (a concurrency group), answered while the first is busy."""
+    and ``abort_group`` run on loops of their own (concurrency groups), answered while the
+    first is busy."""
 
     def __init__(
         self,
@@ -207,6 +208,15 @@ class UnitActor:
         self.member.reference = reference  # read when the models are built
         store, self.store = (self.store, None) if spec.rank == 0 else (None, self.store)
         return await asyncio.to_thread(self.member.form, spec, store)
+
+    @ray.method(concurrency_group="control")
+    async def abort_group(self) -> int:
+        """A peer of this process's training group is lost: end its collectives now (the
+        call blocked in one raises; train/member.py ``abort``), from a loop of its own so
+        that it is answered while that call waits. The connections shut (gloo)."""
+        if self.member is None:
+            return 0
+        return int(self.member.abort())
 
     async def leave(self, offload: str = "", version: int = 0) -> dict[str, float]:
         if self.member is None:

@@ -12,11 +12,20 @@ for every change queued meanwhile. Where the state comes from when the group for
 the processes that stay (a unit that joins receives it from a peer), or, when no unit kept
 it, the offload the last ones wrote on leaving (a sharded checkpoint in the run folder), a
 run checkpoint (resume) or the model folder (with a warm-start file).
+
+A unit lost in a step (its process gone: Ray fails its call) has the other processes'
+collectives aborted at once (``abort_group``) instead of waiting for the timeout; the
+step raises :class:`UnitsLost` and runs again on the units left, which keep their state.
+When every unit holding the state is lost, the group goes on from its last periodic
+offload: each run checkpoint (``checkpoint_every`` steps) is also linked in the work
+folder as one, so such a loss costs at most that many steps.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import shutil
 import uuid
 from collections.abc import Iterable, Sequence
@@ -36,6 +45,7 @@ from gyre_core.trajectory.sample import PackedSample
 from gyre_core.trajectory.tree import PrefixTree
 
 SETTLE_S = 0.05  # a change waits this long for the others queued with it
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -133,11 +143,7 @@ class TrainGroup:
             source = Source(KEEP)
         else:
             if self.source.version != self.version:
-                raise StateLost(
-                    f"the units holding the training state (version {self.version}) were "
-                    f"lost; the last copy saved is of version {self.source.version}: resume "
-                    "the run from its last checkpoint"
-                )
+                self._restore_lost(parts)
             replica, source = -1, self.source
         address, port = await new[0].procs[0].rendezvous.remote()
         key = f"gyre-{uuid.uuid4().hex}/"  # this formation's keys in the store
@@ -190,9 +196,20 @@ class TrainGroup:
         return [p for s in self.members for p in s.procs]
 
     async def _all(self, calls: list[Any]) -> list[Any]:
-        """Await one call per process; units found dead raise :class:`UnitsLost`."""
-        outs = await asyncio.gather(*calls, return_exceptions=True)
+        """Await one call per process; units found dead raise :class:`UnitsLost`. The first
+        process found dead has the others' collectives aborted (``abort_group``, on their
+        actors' own loop), so that they return at once instead of at the timeout."""
         procs = self._procs()
+        tasks = [asyncio.ensure_future(c) for c in calls]
+        pending: set[asyncio.Future[Any]] = set(tasks)
+        aborted = False
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
+            if not aborted and any(_lost(t) for t in done):
+                aborted = True
+                gone = {id(p) for p, t in zip(procs, tasks, strict=True) if _lost(t)}
+                await _abort([p for p in procs if id(p) not in gone])
+        outs = [t.exception() or t.result() for t in tasks]
         dead = {
             s.name
             for s in self.members
@@ -264,8 +281,34 @@ class TrainGroup:
         return refs
 
     async def save(self, path: Path) -> None:
-        """A sharded checkpoint of the current state (written by every process)."""
+        """A sharded checkpoint of the current state (written by every process). It is
+        also the group's periodic offload (every ``checkpoint_every`` steps of a run): its
+        files are linked into ``workdir/last-offload`` (the run's retention may delete the
+        checkpoint), and a group whose every unit is lost continues from there."""
         await self.call_all("save", str(path), self.version)
+        keep = self.offload.with_name("last-offload")
+        await asyncio.to_thread(_link_tree, Path(path), keep)
+        self.source = Source(CHECKPOINT, str(keep), self.version)
+
+    def _restore_lost(self, parts: dict[str, float]) -> None:
+        """Every unit holding the state was lost since the last offload: the group goes on
+        from it (the steps since are lost, at most one interval; the version goes on, so
+        no trained rollout looks newer than the weights), or refuses when there is none."""
+        if self.source.kind != CHECKPOINT:
+            raise StateLost(
+                f"the units holding the training state (version {self.version}) were lost "
+                "before any offload or checkpoint of it: resume the run from its start"
+            )
+        lost = self.version - self.source.version
+        log.warning(
+            "training state of version %d lost with its units; going on from the offload of "
+            "version %d (%d steps lost)",
+            self.version,
+            self.source.version,
+            lost,
+        )
+        self.source = Source(CHECKPOINT, self.source.path, self.version)
+        parts["lost_steps"] = float(lost)
 
     # ------------------------------------------------------------------ warm start
     # (the WarmTarget protocol of runtime/warm_target.py, and what a run does after it)
@@ -285,6 +328,33 @@ class TrainGroup:
     async def write_weights(self, path: Path) -> None:
         """The full weights as one file (the first process writes it)."""
         await self.call_all("write_weights", str(path))
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    """``dst`` made a copy of the folder ``src`` by hard links (no bytes copied; copied
+    where the two are on different file systems), replacing what ``dst`` held."""
+    tmp = dst.with_name(f".{dst.name}-new")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp, copy_function=_link_or_copy)
+    shutil.rmtree(dst, ignore_errors=True)
+    tmp.replace(dst)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _lost(task: asyncio.Future[Any]) -> bool:
+    """Whether a finished call failed because its process is gone."""
+    return not task.cancelled() and isinstance(task.exception(), ray.exceptions.RayActorError)
+
+
+async def _abort(procs: list[Any]) -> None:
+    """Abort the collectives of ``procs`` (those still alive: a lost one answers nothing)."""
+    await asyncio.gather(*(p.abort_group.remote() for p in procs), return_exceptions=True)
 
 
 def fetch_weights(refs: list[Any]) -> dict[str, Any]:

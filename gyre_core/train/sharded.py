@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -218,21 +218,49 @@ class ShardedTrainer:
     # ------------------------------------------------------------------ elastic width
 
     def local_state(self) -> LocalState:
-        """This process's shards of the weights and the AdamW state as plain tensors: what
-        it keeps across a re-formed group (the same shard layout at any number of units)."""
+        """This process's shards of the weights, the KL reference and the AdamW state: the
+        tensors themselves, not copies (what a process keeps across a re-formed group: the
+        shard layout is the same at any number of units). The trainer must not step once
+        they are taken; the next group's trainer adopts them (:meth:`set_local_state`)."""
         t = self.trainer
-        params = {n: _local(p).detach().clone() for n, p in t.params}
-        optim = {
-            n: {k: _local(v).detach().clone() for k, v in t.optimizer.state[p].items()}
-            for n, p in t.params
-            if t.optimizer.state.get(p)
-        }
-        return LocalState(params, optim)
+        ref = t.ref_model
+        for model in (t.model, ref):  # a step cut short (an abort) may hold gathered weights
+            for module in model.modules() if model is not None else ():
+                if isinstance(module, FSDPModule):
+                    module.reshard()
+        return LocalState(
+            {n: _local(p).detach() for n, p in t.model.named_parameters()},
+            {
+                n: {k: _local(v).detach() for k, v in t.optimizer.state[p].items()}
+                for n, p in t.params
+                if t.optimizer.state.get(p)
+            },
+            {n: _local(p).detach() for n, p in ref.named_parameters()} if ref else {},
+        )
 
-    def set_local_state(self, state: LocalState) -> None:
-        """Take back what :meth:`local_state` kept (this process's shard coordinate must be
-        the same as when it was taken: the number of processes per unit never changes)."""
+    def set_local_state(self, state: LocalState | None) -> None:
+        """Take what :meth:`local_state` kept (this process's shard coordinate must be the
+        same as when it was taken: the number of processes per unit never changes). A
+        trainer built on the meta device (:meth:`on_meta`) adopts the tensors as they are,
+        no copy, and ``None`` gives it empty shards to fill (``broadcast_from``, ``load``);
+        a trainer with weights of its own copies them in."""
         t = self.trainer
+        if self.on_meta():
+            device = torch.device(self.mesh.device_type)
+            _adopt(t.model, state.params if state else {}, device)
+            if t.ref_model is not None:
+                _adopt(t.ref_model, state.ref if state else {}, device)
+            t.rebuild_optimizer()
+            if state is not None:
+                for n, p in t.params:
+                    if n in state.optim:
+                        t.optimizer.state[p] = {
+                            k: _like(p, v, copy=False) if v.dim() else v
+                            for k, v in state.optim[n].items()
+                        }
+            return
+        if state is None:
+            raise ValueError("a trainer with weights of its own takes a state, not None")
         with torch.no_grad():
             for n, p in t.params:
                 _local(p).copy_(state.params[n])
@@ -242,6 +270,11 @@ class ShardedTrainer:
                 t.optimizer.state[p] = {
                     k: _like(p, v) if v.dim() else v.clone() for k, v in state.optim[n].items()
                 }
+
+    def on_meta(self) -> bool:
+        """Whether this trainer's weights are still on the meta device (built without
+        them: :meth:`set_local_state` gives them)."""
+        return any(p.is_meta for _, p in self.trainer.params)
 
     def broadcast_from(self, replica: int) -> None:
         """Every process takes the weights and AdamW state of the process at its own shard
@@ -370,25 +403,58 @@ def read_checkpoint(directory: Path) -> dict[str, Any]:
 @dataclass(frozen=True, slots=True)
 class LocalState:
     """One process's shards: ``params`` by name, ``optim`` the AdamW state by parameter
-    name (absent for a fresh optimizer)."""
+    name (absent for a fresh optimizer), ``ref`` the KL reference's by name (empty when
+    the trainer has none)."""
 
     params: dict[str, torch.Tensor]
     optim: dict[str, dict[str, torch.Tensor]]
+    ref: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
 
 
-def _like(param: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
-    """``local`` as a tensor laid out like ``param`` (a DTensor shard, or plain)."""
+def _like(param: torch.Tensor, local: torch.Tensor, copy: bool = True) -> torch.Tensor:
+    """``local`` as a tensor laid out like ``param`` (a DTensor shard, or plain); a copy
+    unless ``copy=False`` (then the same storage)."""
+    local = local.clone() if copy else local
     if isinstance(param, DTensor):
         return DTensor.from_local(
-            local.clone(),
+            local,
             param.device_mesh,
             param.placements,
             run_check=False,
             shape=param.shape,
             stride=param.stride(),
         )
-    return local.clone()
+    return local
+
+
+def _adopt(model: torch.nn.Module, locals_: dict[str, torch.Tensor], device: torch.device) -> None:
+    """Give each parameter of ``model`` (sharded on the meta device) the local shard
+    ``locals_`` holds for its name, as it is, or an empty one; a weight tied to another
+    (a tied embedding) stays tied. FSDP2 takes the new tensors as its shards
+    (``reset_sharded_param``, which also pads a shard that needs it)."""
+    swap: dict[int, torch.nn.Parameter] = {}
+    for name, p in model.named_parameters():
+        if not p.is_meta:  # a model with weights of its own (a reference read from disk)
+            continue
+        local = locals_.get(name)
+        if local is None:
+            local = torch.empty(_local(p).shape, dtype=p.dtype, device=device)
+        swap[id(p)] = torch.nn.Parameter(_like(p, local, copy=False), p.requires_grad)
+    for module in model.modules():
+        for key, value in module._parameters.items():
+            if value is not None and id(value) in swap:
+                module._parameters[key] = swap[id(value)]
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            state = module._get_fsdp_state()
+            groups = getattr(state, "_fsdp_param_groups", None)
+            if groups is None:  # torch releases with one group a module
+                one = getattr(state, "_fsdp_param_group", None)
+                groups = [one] if one is not None else []
+            for group in groups:
+                for fsdp_param in group.fsdp_params:
+                    fsdp_param.reset_sharded_param()
