@@ -1,8 +1,10 @@
-"""The NCCL weight route (``nccl_sync``, ``train/weight_out``) run on a CPU: the trainer's
-side here as rank 0, two engines each a process of the vllm venv that checks every body
-with vLLM's own classes and receives as vLLM's receiver does, over gloo standing in for
-NCCL (``nccl_receiver.py``). And the bodies the CUDA senders post, checked by vLLM's own
-classes. Skipped without the vllm venv (``GYRE_REQUIRE_VLLM=1`` fails instead)."""
+"""vLLM's weight-transfer routes on a CPU. The NCCL route (``nccl_sync``,
+``train/weight_out``): the trainer's side here as rank 0, two engines each a process of the
+vllm venv that checks every body with vLLM's own classes and receives as vLLM's receiver
+does, over gloo standing in for NCCL (``nccl_receiver.py``). The bodies both CUDA senders
+post (NCCL, IPC), checked by vLLM 0.32's own info classes, which the server builds from
+them before anything else. Skipped without the vllm venv (``GYRE_REQUIRE_VLLM=1`` fails
+instead)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from gyre_core.rollout import vllm_env
 from gyre_core.rollout.nccl_sync import Plan, layout, nccl_init_body, nccl_update_body, receive
 from gyre_core.rollout.vllm_engine import VLLMEngine, VLLMEngineError
+from gyre_core.rollout.vllm_ext.gyre_weights import Entry
+from gyre_core.rollout.weight_sync import CudaIpcSender, handle_maps, ipc_init_body, ipc_update_body
 from gyre_core.train.weight_out import WeightOut, specs, tied_names
 
 HERE = Path(__file__).resolve().parent
@@ -181,3 +185,27 @@ def test_the_nccl_bodies_pass_vllms_validation_and_a_stray_field_does_not() -> N
     )
     assert [v[0] for v in verdicts] == ["ok", "ok", "refused", "refused"]
     assert "packed" in verdicts[2][1] and "OR master_address" in verdicts[3][1]
+
+
+def test_the_ipc_bodies_pass_vllms_validation_with_every_gpu_of_the_group() -> None:
+    bucket = [Entry("a.weight", "bfloat16", (2, 3), 0), Entry("b.bias", "float32", (3,), 64)]
+    uuids = ["1b7c1a4e-0000-4000-8000-000000000001", "1b7c1a4e-0000-4000-8000-000000000002"]
+    # rebuild_cuda_tensor's arguments cannot be made without a GPU; their place in the
+    # body (one tuple per uuid per tensor) is what vLLM checks and looks up
+    maps = handle_maps([("args-of", "a.weight"), ("args-of", "b.bias")], uuids)
+    update = ipc_update_body(bucket, maps)["update_info"]
+    verdicts = vllm_verdicts(
+        [
+            ("ipc_init", ipc_init_body()["init_info"]),
+            ("ipc_update", update),
+            ("ipc_init", {"packed": False, "bucketed": True}),
+            ("ipc_update", {**update, "ipc_handles": maps}),  # both forms at once
+        ]
+    )
+    assert verdicts[0] == ["ok", None]
+    assert verdicts[1] == ["ok", [sorted(uuids), sorted(uuids)]]  # each worker finds its own
+    assert [v[0] for v in verdicts[2:]] == ["refused", "refused"]
+    with pytest.raises(ValueError, match="2 handles"):
+        ipc_update_body(bucket + bucket, maps)
+    with pytest.raises(RuntimeError, match="CUDA"):
+        CudaIpcSender(torch.device("cpu"))
