@@ -12,12 +12,13 @@ once; vLLM's model ties it again on its side.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch.distributed.tensor import DTensor
 
 from gyre_core.rollout.nccl_sync import GlooGroup, NcclGroup, Plan, Spec
-from gyre_core.rollout.vllm_ext.gyre_weights import DTYPES
+from gyre_core.rollout.vllm_ext.gyre_weights import DTYPES, group_of
 
 
 def tied_names(model: torch.nn.Module) -> set[str]:
@@ -117,3 +118,35 @@ class WeightOut:
         if self.group is not None:
             self.group.close()
         self.group, self.joined = None, False
+
+
+def gather_buckets(
+    model: torch.nn.Module, first: bool, bucket_bytes: int, dtype: str, drop_tied: bool
+) -> list[Any] | None:
+    """The object-store route (``TrainMember.gather_buckets``) in the engines' dtype: each
+    weight gathered (a collective), cast to ``dtype`` where it lives and only then copied
+    to the host and put in Ray's object store, a bucket (whole layers, at most
+    ``bucket_bytes`` unless one is larger) at a time by the ``first`` process, which
+    keeps none; with ``drop_tied`` a tied weight goes once (an engine that loads through
+    the model's ``load_weights`` ties it again). The references on the first process."""
+    import ray
+
+    skip = tied_names(model) if drop_tied else set()
+    cast = DTYPES[dtype]
+    refs: list[Any] = []
+    chunk: dict[str, torch.Tensor] = {}
+    size, last = 0, ""
+    for name, value in model.state_dict().items():
+        if name in skip:
+            continue
+        full = value.full_tensor() if isinstance(value, DTensor) else value
+        if first:
+            host = full.detach().to(cast).to("cpu", copy=True)
+            if chunk and size + host.nbytes > bucket_bytes and group_of(name) != last:
+                refs.append(ray.put(chunk))
+                chunk, size = {}, 0
+            chunk[name], size, last = host, size + host.nbytes, group_of(name)
+        del full
+    if chunk:
+        refs.append(ray.put(chunk))
+    return refs if first else None

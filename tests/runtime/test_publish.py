@@ -1,6 +1,7 @@
 """A step's weights that do not reach an engine fail loudly: the loop's publish over real
 Ray actors (one takes the weights, one refuses them, one is killed), and a vLLM client
-whose server reports another version than the one it was sent."""
+whose server reports another version than the one it was sent. And what the object-store
+route puts in Ray's store: the served dtype, a tied weight once."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from typing import Any
 
 import pytest
 import ray
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from gyre_core.config import RunConfig
 from gyre_core.events import ListSink
@@ -24,6 +27,7 @@ from gyre_core.runtime.plan import RunPlan
 from gyre_core.runtime.ray_backend import UnitEngine
 from gyre_core.runtime.train_group import TrainGroup
 from gyre_core.scheduler.policies import policy_for
+from gyre_core.train.weight_out import gather_buckets
 from tests.runtime.conftest import tiny_job
 
 
@@ -132,3 +136,25 @@ def test_an_engine_reporting_another_version_after_an_update_is_an_error() -> No
         assert engine.version == 1  # later tokens keep the version the server holds
     finally:
         server.httpd.shutdown()
+
+
+def test_the_object_store_route_carries_the_served_dtype_and_a_tied_weight_once(
+    ray_cluster: None,
+) -> None:
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=32, intermediate_size=128, tie_word_embeddings=True,
+    )  # fmt: skip
+    model = Qwen3ForCausalLM(config)
+    state = model.state_dict()
+    refs = gather_buckets(model, True, 40_000, "bfloat16", drop_tied=True)
+    assert refs is not None and len(refs) > 1
+    got = {k: v for chunk in ray.get(refs) for k, v in chunk.items()}
+    assert list(got) == [k for k in state if k != "lm_head.weight"]
+    assert all(v.dtype == torch.bfloat16 and v.device.type == "cpu" for v in got.values())
+    assert all(torch.equal(v, state[k].to(torch.bfloat16)) for k, v in got.items())
+    whole = gather_buckets(model, True, 40_000, "float32", drop_tied=False)  # torch engines
+    assert whole is not None
+    assert list(k for chunk in ray.get(whole) for k in chunk) == list(state)
+    assert gather_buckets(model, False, 40_000, "bfloat16", drop_tied=True) is None
