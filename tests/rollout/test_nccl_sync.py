@@ -171,40 +171,32 @@ def vllm_verdicts(bodies: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:
     return list(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def test_the_nccl_bodies_pass_vllms_validation_and_a_stray_field_does_not() -> None:
+def test_the_bodies_of_both_cuda_routes_pass_vllms_validation_and_stray_fields_do_not() -> None:
     uid = bytes(range(128))
     init = nccl_init_body(uid, 1, 3)["init_info"]
     update = nccl_update_body([("a.weight", "bfloat16", (2, 3)), ("b.bias", "float32", (3,))])
-    verdicts = vllm_verdicts(
-        [
-            ("nccl_init", init),
-            ("nccl_update", update["update_info"]),
-            ("nccl_update", {**update["update_info"], "packed": False}),  # 0.31's field
-            ("nccl_init", {**init, "master_address": "127.0.0.1", "master_port": 1}),
-        ]
-    )
-    assert [v[0] for v in verdicts] == ["ok", "ok", "refused", "refused"]
-    assert "packed" in verdicts[2][1] and "OR master_address" in verdicts[3][1]
-
-
-def test_the_ipc_bodies_pass_vllms_validation_with_every_gpu_of_the_group() -> None:
     bucket = [Entry("a.weight", "bfloat16", (2, 3), 0), Entry("b.bias", "float32", (3,), 64)]
     uuids = ["1b7c1a4e-0000-4000-8000-000000000001", "1b7c1a4e-0000-4000-8000-000000000002"]
     # rebuild_cuda_tensor's arguments cannot be made without a GPU; their place in the
     # body (one tuple per uuid per tensor) is what vLLM checks and looks up
     maps = handle_maps([("args-of", "a.weight"), ("args-of", "b.bias")], uuids)
-    update = ipc_update_body(bucket, maps)["update_info"]
+    ipc_update = ipc_update_body(bucket, maps)["update_info"]
     verdicts = vllm_verdicts(
         [
+            ("nccl_init", init),
+            ("nccl_update", update["update_info"]),
             ("ipc_init", ipc_init_body()["init_info"]),
-            ("ipc_update", update),
+            ("ipc_update", ipc_update),
+            ("nccl_update", {**update["update_info"], "packed": False}),  # an older vLLM's
+            ("nccl_init", {**init, "master_address": "127.0.0.1", "master_port": 1}),
             ("ipc_init", {"packed": False, "bucketed": True}),
-            ("ipc_update", {**update, "ipc_handles": maps}),  # both forms at once
+            ("ipc_update", {**ipc_update, "ipc_handles": maps}),  # both forms at once
         ]
     )
-    assert verdicts[0] == ["ok", None]
-    assert verdicts[1] == ["ok", [sorted(uuids), sorted(uuids)]]  # each worker finds its own
-    assert [v[0] for v in verdicts[2:]] == ["refused", "refused"]
+    assert verdicts[:3] == [["ok", None], ["ok", None], ["ok", None]]
+    assert verdicts[3] == ["ok", [sorted(uuids), sorted(uuids)]]  # each worker finds its own
+    assert [v[0] for v in verdicts[4:]] == ["refused"] * 4
+    assert "packed" in verdicts[4][1] and "OR master_address" in verdicts[5][1]
     with pytest.raises(ValueError, match="2 handles"):
         ipc_update_body(bucket + bucket, maps)
     with pytest.raises(RuntimeError, match="CUDA"):
