@@ -118,7 +118,7 @@ async def _run(
     model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32)
     base = load_file(str(ckpt / "model.safetensors"))
     params = sum(p.numel() for p in model.parameters())
-    settings = VLLMSettings(dtype=dtype, max_model_len=1024, bucket_bytes=bucket_mb * MIB)
+    settings = VLLMSettings(dtype=dtype, max_model_len=256, bucket_bytes=bucket_mb * MIB)
     print(f"model: {params / 1e6:.1f}M params ({len(base)} tensors in its checkpoint), "
           f"served in {dtype}, buckets of at most {bucket_mb} MiB")  # fmt: skip
     out: dict[str, list[dict[str, float]]] = {r: [] for r in ROUTES}

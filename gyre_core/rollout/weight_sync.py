@@ -172,13 +172,19 @@ def gpu_uuids(indices: Sequence[int]) -> list[str]:
         ).stdout
     except (OSError, subprocess.SubprocessError) as e:
         raise RuntimeError(f"cannot read the GPUs' uuids with nvidia-smi: {e!r}") from e
+    return uuids_of(out, indices)
+
+
+def uuids_of(csv: str, indices: Sequence[int]) -> list[str]:
+    """The uuids of GPUs ``indices`` in ``nvidia-smi --query-gpu=index,uuid`` output."""
     found = {}
-    for line in out.splitlines():
+    for line in csv.splitlines():
         index, _, value = line.partition(",")
-        found[int(index)] = value.strip().removeprefix("GPU-")
+        if index.strip():
+            found[int(index)] = value.strip().removeprefix("GPU-")
     missing = [i for i in indices if i not in found]
     if missing:
-        raise RuntimeError(f"nvidia-smi lists no GPU {missing}: {out.strip()!r}")
+        raise RuntimeError(f"nvidia-smi lists no GPU {missing}: {csv.strip()!r}")
     return [found[i] for i in indices]
 
 
