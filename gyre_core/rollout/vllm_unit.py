@@ -45,7 +45,7 @@ from gyre_core.rollout.torch_engine import load_weights_dir
 from gyre_core.rollout.vllm_engine import VLLMEngine
 from gyre_core.rollout.vllm_server import VLLMServer
 from gyre_core.rollout.vllm_settings import VLLMSettings
-from gyre_core.rollout.weight_sync import SHM_DIR, CudaIpcSender, ShmSender, of_chunks
+from gyre_core.rollout.weight_sync import SHM_DIR, CudaIpcSender, ShmSender, gpu_uuids, of_chunks
 
 State = dict[str, torch.Tensor] | AsyncIterator[dict[str, torch.Tensor]]
 # Not the weights: copied from the base checkpoint into every weights directory.
@@ -273,8 +273,11 @@ class VLLMUnit:
 
     def _bucket_sender(self) -> ShmSender | CudaIpcSender:
         if self._sender is None:
-            if self.settings.cuda:
-                self._sender = CudaIpcSender(torch.device("cuda", torch.cuda.current_device()))
+            if self.settings.cuda:  # every GPU of a tensor-parallel server reads the buffer
+                gpus = self.settings.devices
+                peers = gpu_uuids(gpus) if len(gpus) > 1 else ()
+                device = torch.device("cuda", torch.cuda.current_device())
+                self._sender = CudaIpcSender(device, peers)
             else:
                 self._sender = ShmSender(self.shm_dir)
         return self._sender

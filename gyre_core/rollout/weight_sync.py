@@ -23,9 +23,10 @@ import base64
 import json
 import pickle
 import shutil
+import subprocess
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,41 +116,112 @@ class ShmSender:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-class CudaIpcSender:
-    """The GPU path: vLLM's ``ipc`` receiver (the server runs with
-    ``--weight-transfer-config '{"backend": "ipc"}'`` and
-    ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``); one bucket buffer on ``device`` at a time."""
+def ipc_init_body() -> dict[str, Any]:
+    """The body of ``POST /init_weight_transfer_engine`` for vLLM's ``ipc`` backend: its
+    init info (``IPCWeightTransferInitInfo``, built with ``init_info_cls(**init_info)``, so
+    an unknown key is refused) holds one field, ``packed``: false, one handle per tensor."""
+    return {"init_info": {"packed": False}}
 
-    def __init__(self, device: torch.device) -> None:
+
+def ipc_update_body(bucket: list[Entry], handles: list[dict[str, Any]]) -> dict[str, Any]:
+    """The body of one ``POST /update_weights`` for vLLM's ``ipc`` backend
+    (``IPCWeightTransferUpdateInfo``): the bucket's names, dtype names and shapes, and per
+    tensor a ``{gpu uuid: rebuild_cuda_tensor's arguments}`` map, pickled and base64-encoded
+    (``ipc_handles_pickled``: the server needs ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``)."""
+    if len(handles) != len(bucket):
+        raise ValueError(f"{len(handles)} handles for a bucket of {len(bucket)} tensors")
+    return {
+        "update_info": {
+            "names": [e.name for e in bucket],
+            "dtype_names": [e.dtype for e in bucket],
+            "shapes": [list(e.shape) for e in bucket],
+            "ipc_handles_pickled": base64.b64encode(pickle.dumps(handles)).decode(),
+        }
+    }
+
+
+def handle_maps(handles: list[Any], uuids: Sequence[str]) -> list[dict[str, Any]]:
+    """Each tensor's handle under every GPU uuid of the engine's tensor-parallel group.
+
+    vLLM's ``ipc`` receiver runs in each TP worker and looks up the uuid of *its own* GPU
+    (``torch.cuda.get_device_properties(its device).uuid``), then rebuilds the tensor on its
+    own device from that handle (it overwrites the device index). One buffer on the sender's GPU serves every worker:
+    a worker on another GPU opens the peer's handle (``cudaIpcOpenMemHandle`` with lazy
+    peer access, which PyTorch's IPC uses) and reads it over NVLink while it copies into
+    its shard, so the map holds the same handle under each uuid of the group. (vLLM's own
+    trainer engine instead merges one handle per colocated trainer rank, each rank holding
+    a copy on its GPU; a Gyre unit publishes from its first process alone.) The GPUs must
+    allow peer access, as NVLink-connected ones do; where they do not, the worker's
+    error comes back as the update's HTTP error."""
+    if not uuids:
+        raise ValueError("no GPU uuid to key the IPC handles by")
+    return [dict.fromkeys(uuids, h) for h in handles]
+
+
+def gpu_uuids(indices: Sequence[int]) -> list[str]:
+    """The uuids (as ``str(torch.cuda.get_device_properties(i).uuid)`` prints them, no
+    ``GPU-`` prefix) of the physical GPUs ``indices``, read from ``nvidia-smi``, which sees
+    every GPU of the node whatever ``CUDA_VISIBLE_DEVICES`` this process has."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        raise RuntimeError(f"cannot read the GPUs' uuids with nvidia-smi: {e!r}") from e
+    return uuids_of(out, indices)
+
+
+def uuids_of(csv: str, indices: Sequence[int]) -> list[str]:
+    """The uuids of GPUs ``indices`` in ``nvidia-smi --query-gpu=index,uuid`` output."""
+    found = {}
+    for line in csv.splitlines():
+        index, _, value = line.partition(",")
+        if index.strip():
+            found[int(index)] = value.strip().removeprefix("GPU-")
+    missing = [i for i in indices if i not in found]
+    if missing:
+        raise RuntimeError(f"nvidia-smi lists no GPU {missing}: {csv.strip()!r}")
+    return [found[i] for i in indices]
+
+
+class CudaIpcSender:
+    """The GPU path for an engine on the sender's own GPU(s): vLLM's ``ipc`` receiver (the
+    server runs with ``--weight-transfer-config '{"backend": "ipc"}'`` and
+    ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``); one bucket buffer on ``device`` at a time.
+    ``peers``: the uuids of the engine's other GPUs (its tensor-parallel group), whose
+    workers read the same buffer (:func:`handle_maps`)."""
+
+    def __init__(self, device: torch.device, peers: Sequence[str] = ()) -> None:
+        if device.type != "cuda" or not torch.cuda.is_available():
+            raise RuntimeError(f"CudaIpcSender needs a CUDA device, got {device}")
         self.device = device
+        own = str(torch.cuda.get_device_properties(device).uuid)
+        self.uuids = [own, *(u for u in peers if u != own)]
         self._initialised = False
 
     async def send(self, pairs: Pairs, post: Post) -> int:
         from torch.multiprocessing.reductions import reduce_tensor
 
         if not self._initialised:
-            await post("/init_weight_transfer_engine", {"init_info": {"packed": False}})
+            await post("/init_weight_transfer_engine", ipc_init_body())
             self._initialised = True
-        uuid_ = str(torch.cuda.get_device_properties(self.device).uuid)
-        await post("/start_weight_update", None)
+        await post("/start_weight_update", {})
         sent = 0
         async for state, bucket in pairs:
             buf = torch.empty(bucket_bytes(bucket), dtype=torch.uint8, device=self.device)
             pack(state, bucket, buf)
             torch.cuda.synchronize(self.device)
             views = [buf[e.offset : e.offset + e.nbytes] for e in bucket]
-            handles = [
-                {uuid_: reduce_tensor(v.view(DTYPES[e.dtype]).view(e.shape))[1]}  # type: ignore[no-untyped-call]
+            handles = [  # vLLM takes rebuild_cuda_tensor's arguments, not the function
+                reduce_tensor(v.view(DTYPES[e.dtype]).view(e.shape))[1]  # type: ignore[no-untyped-call]
                 for v, e in zip(views, bucket, strict=True)
             ]
-            info = {
-                "names": [e.name for e in bucket],
-                "dtype_names": [e.dtype for e in bucket],
-                "shapes": [list(e.shape) for e in bucket],
-                "ipc_handles_pickled": base64.b64encode(pickle.dumps(handles)).decode(),
-            }
-            await post("/update_weights", {"update_info": info})
+            await post("/update_weights", ipc_update_body(bucket, handle_maps(handles, self.uuids)))
             sent += sum(e.nbytes for e in bucket)
-            del buf, views  # the worker copied it: the next bucket may take its memory
+            del buf, views, handles  # the workers copied it: the next bucket may take its memory
         await post("/finish_weight_update", {})
         return sent

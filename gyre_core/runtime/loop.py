@@ -51,6 +51,10 @@ ENGINE_START = "engine start"  # the phase_progress name of bringing the engines
 MAX_SEQS = 16  # engine batch cap: the policy sizes rollout by it
 
 
+class PublishError(RuntimeError):
+    """A live rollout engine did not take a step's weights: the step, and the run, fail."""
+
+
 @dataclass
 class UnitSlot:
     id: int
@@ -397,15 +401,31 @@ class Loop:
             self.step_units = set()
 
     async def _publish(self) -> None:
+        """The new weights to every live rollout unit at once. A unit whose actor died leaves
+        the pool (as when a call finds it dead); any other failure (the engine refused the
+        update, or serves another version than the one sent: ``VLLMEngine.update_weights``
+        reads it back) fails the step: an engine left on old weights would keep serving
+        them while the run counted it as current. The version counts as published only
+        once every live engine took it."""
         version = self.trainer.version
         live = [s for s in self.units if s.role == ROLLOUT and not s.dead]
-        await asyncio.gather(
+        results = await asyncio.gather(
             *(s.actor.publish.remote(self.state_ref, version) for s in live), return_exceptions=True
         )
-        for s in live:
-            engine = self.router.engine(s.name)
-            if isinstance(engine, UnitEngine):
-                engine.published(version)
+        failed = []
+        for s, result in zip(live, results, strict=True):
+            if isinstance(result, ray.exceptions.RayActorError):
+                self.router.mark_dead(s.name)
+                self.mark_dead(s.name)
+            elif isinstance(result, BaseException):
+                failed.append((s.name, result))
+            else:
+                engine = self.router.engine(s.name)
+                if isinstance(engine, UnitEngine):
+                    engine.published(version)
+        if failed:
+            what = "; ".join(f"{name}: {e!r}" for name, e in failed)
+            raise PublishError(f"publishing version {version} failed on {what}") from failed[0][1]
         self.published = version
 
     async def settle(self) -> None:

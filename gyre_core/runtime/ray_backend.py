@@ -232,9 +232,18 @@ class UnitActor:
         return await asyncio.to_thread(self._member().sft, mine, rounds, targets, lr)
 
     async def gather(self, bucket_bytes: int) -> list[Any] | None:
-        """The group's weights put in Ray's object store a bucket at a time (a collective);
-        the references on the group's first process."""
-        return await asyncio.to_thread(self._member().gather_buckets, bucket_bytes)
+        """The group's weights put in Ray's object store a bucket at a time (a collective),
+        in the dtype the run's engines serve (a vLLM unit's ``settings.dtype``: bf16 goes
+        as bf16, cast before it leaves the device), tied weights once for an engine that
+        loads buckets (``streams``); the references on the group's first process."""
+        from gyre_core.train.weight_out import gather_buckets
+
+        host: Any = self.host
+        dtype = str(getattr(getattr(host, "settings", None), "dtype", "float32"))
+        model = self._member().sharded.trainer.model
+        first = torch.distributed.get_rank() == 0
+        tied = bool(getattr(host, "streams", False))
+        return await asyncio.to_thread(gather_buckets, model, first, bucket_bytes, dtype, tied)
 
     async def write_weights(self, path: str) -> None:
         await asyncio.to_thread(self._member().write_weights, path)
