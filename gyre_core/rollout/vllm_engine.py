@@ -26,9 +26,12 @@ Endpoints (read from vllm 0.32's ``entrypoints/openai``, ``entrypoints/rl/online
   "kwargs": {"weights_path": dir}}``: the worker's ``reload_weights`` reloads in place from
   a new checkpoint path (it repoints the model config there). Then
   ``POST /update_weight_version`` ``{"new_version": "<version>"}`` and
-  ``POST /reset_prefix_cache`` (cached prefixes were computed by the old weights). The
-  engine is paused (``keep``) around the reload, so tokens streamed after it are the new
-  weights' (and it stays paused if the caller had paused it).
+  ``POST /reset_prefix_cache?reset_running_requests=true`` (cached prefixes were computed by
+  the old weights, and so was the KV of the paused requests, which are preempted and
+  recomputed). The engine is paused (``keep``) around the reload, so tokens streamed after
+  it are the new weights' (and it stays paused if the caller had paused it).
+* ``sleep`` -> ``POST /sleep?level=2``; ``wake_up(tags)`` -> ``POST /wake_up?tags=...``
+  (``weights``, then ``kv_cache``: vLLM's order around a weight update), then ``/resume``.
 * ``load`` -> ``GET /metrics``, the ``vllm:num_requests_running`` / ``..._waiting`` gauges.
 
 Transport failures surface as ``OSError`` (``ConnectionError``) or ``RuntimeError``
