@@ -12,13 +12,13 @@ server writes is under ``GYRE_DATA_DIR`` (the repository's ``.data`` when unset;
 a server is made): the process gets ``TMPDIR`` in its own work folder
 ``vllm/server-<id>/`` there (never ``/tmp``; removed on ``stop``), and ``VLLM_CACHE_ROOT``,
 ``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``, ``HF_HOME`` and ``XDG_CACHE_HOME`` in
-``vllm/cache/``,
-shared by every server; its output goes to ``vllm/server-<id>/server.log``, which is kept.
-Gyre's worker extension (``gyre_core/rollout/vllm_ext``) is on its ``PYTHONPATH``. A server
-in sleep mode never gets ``expandable_segments`` in its allocator settings (vLLM's sleep
-pool refuses it). ``start`` waits for ``GET /health``; a server that exits or does not
-become healthy in time raises :class:`VLLMServerError` carrying the tail of that log.
-``stop`` signals the whole process group (SIGTERM, then SIGKILL after a grace period).
+``vllm/cache/``, shared by every server; its output goes to ``vllm/server-<id>/server.log``,
+which is kept. Gyre's worker extension (``gyre_core/rollout/vllm_ext``) is on its
+``PYTHONPATH``. A server in sleep mode never gets ``expandable_segments`` in its allocator
+settings (they conflict with vLLM's sleep-mode memory pool). ``start`` waits for
+``GET /health``; a server that exits or does not become healthy in time raises
+:class:`VLLMServerError` carrying the tail of that log. ``stop`` signals the whole process
+group (SIGTERM, then SIGKILL after a grace period).
 
 vLLM's CPU attention needs ``head_dim >= 32``; ``ModelShape`` defaults to 64 and
 refuses less than 32, so every Gyre checkpoint qualifies.
@@ -162,7 +162,7 @@ class VLLMServer:
         )
         if self.settings.cuda:  # the IPC receiver unpickles the CUDA handles Gyre sends
             env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
-            if self.settings.sleep:  # vLLM's sleep pool refuses expandable segments
+            if self.settings.sleep:  # expandable segments conflict with vLLM's sleep pool
                 for key in ALLOC_CONFS:
                     conf = without_expandable_segments(env.pop(key, ""))
                     if conf:

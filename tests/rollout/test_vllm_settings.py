@@ -217,8 +217,8 @@ def test_a_server_writes_only_under_gyre_data_dir(
 def test_a_sleeping_cuda_server_never_gets_expandable_segments(
     model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """vLLM's sleep-mode memory pool refuses PyTorch's expandable segments: a server with
-    sleep mode loses them from both allocator variables, other allocator options kept."""
+    """PyTorch's expandable segments conflict with vLLM's sleep-mode memory pool: a server
+    with sleep mode loses them from both allocator variables, other allocator options kept."""
     from gyre_core.rollout.vllm_server import VLLMServer
 
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True,max_split_size_mb:64")
