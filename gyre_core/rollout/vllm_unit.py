@@ -9,8 +9,9 @@ wraps the server in a :class:`VLLMEngine` tagged with that version. ``publish`` 
 step's weights into the running server: in buckets (``engine.weight_sync: bucketed``,
 :mod:`gyre_core.rollout.weight_sync`) or by writing another directory and reloading the
 server from it (``disk``). ``stop`` either stops the server (the process group is gone and
-its memory freed; ``on_leave: stop``) or puts it to sleep (``sleep``); a sleeping server's
-``start`` wakes it and publishes the weights it is given: no new process.
+its memory freed; ``on_leave: stop``) or puts it to sleep (``sleep``, level 2: weights and
+KV cache dropped); a sleeping server's ``start`` wakes it in vLLM's RL order (the weights,
+the update into them, then the KV cache): no new process.
 
 The server runs in its own process group, so killing the actor (``ray.kill``, a lost node)
 would leave it running: a small watcher process (the actor's grandchild, so that Ray, which
@@ -19,7 +20,8 @@ the server's whole group when the pipe closes, which the kernel does when the ac
 process ends.
 
 Each unit folder keeps ``events.jsonl``: one JSON line per server start (with the path of
-its log, which stays in the server's own work folder ``.data/vllm/server-<id>/``: vLLM's
+its log, which stays in the server's own work folder ``vllm/server-<id>/`` under
+``GYRE_DATA_DIR``: vLLM's
 IPC socket paths there must stay under 108 characters), stop and weight reload (with its
 seconds, the path, the bytes and the version the server reports afterwards on
 ``GET /weight_info``), sleep and wake.
@@ -184,7 +186,7 @@ class VLLMUnit:
         self.weights = await asyncio.to_thread(write_weights, state, self.checkpoint, out)
         self.started += 1
         server = _UnitServer(  # its TMPDIR holds vLLM's IPC sockets: the default, short
-            self.weights,  # work folder (.data/vllm/server-<id>), not the unit's
+            self.weights,  # work folder (GYRE_DATA_DIR/vllm/server-<id>), not the unit's
             startup_timeout_s=STARTUP_TIMEOUT_S,
             settings=self.settings,
             max_batch=max_batch,
@@ -212,17 +214,21 @@ class VLLMUnit:
         return self.engine
 
     async def _wake(self, state: dict[str, torch.Tensor] | None, version: int) -> VLLMEngine:
+        """vLLM's RL order: wake the weights only (a level-2 sleep dropped them), put the
+        new ones into them, then wake the KV cache, which resumes the server."""
         assert self.engine is not None
         t0 = time.perf_counter()
-        await self.engine.wake_up()
+        await self.engine.wake_up(("weights",))
         self.asleep = False
         t1 = time.perf_counter()
         if state is None:  # the base weights, from the checkpoint, as a start would serve
             state = dict(await asyncio.to_thread(load_weights_dir, self.checkpoint))
-        await self.publish(state, version)
+        await self.publish(state, version)  # every weight: a level-2 sleep kept none
         t2 = time.perf_counter()
-        self.parts = {"engine_wake_s": t1 - t0, "weight_sync_s": t2 - t1}
-        self._log(event="wake", version=version, seconds=round(t2 - t0, 3))
+        await self.engine.wake_up(("kv_cache",))
+        t3 = time.perf_counter()
+        self.parts = {"engine_wake_s": (t1 - t0) + (t3 - t2), "weight_sync_s": t2 - t1}
+        self._log(event="wake", version=version, seconds=round(t3 - t0, 3))
         return self.engine
 
     @property
@@ -283,11 +289,12 @@ class VLLMUnit:
         return self._sender
 
     async def stop(self) -> None:
-        """Leave the rollout role: sleep (``settings.sleep``; the server stays) or stop."""
+        """Leave the rollout role: sleep (``settings.sleep``; the server stays, at level 2:
+        its weights are dropped, since the wake puts new ones in) or stop."""
         self.parts = {}
         if self.settings.sleep and self.engine is not None and not self.asleep:
             t0 = time.perf_counter()
-            await self.engine.sleep()
+            await self.engine.sleep(level=2)  # waking always puts new weights in
             self.asleep = True
             self.parts = {"engine_sleep_s": time.perf_counter() - t0}
             self._log(event="sleep", seconds=round(self.parts["engine_sleep_s"], 3))

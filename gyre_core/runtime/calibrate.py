@@ -284,7 +284,7 @@ def _calibrate(
         for r, n in zip(timed, conc, strict=True)
     ]
     decode = fit_calls(samples)
-    costs = _costs(cfg, loop.counters, router, decode, train_tok_s, overhead)
+    costs = _costs(cfg, loop.counters, router, decode, train_tok_s, overhead, loop.max_seqs)
     (workdir / COSTS).write_text(json.dumps(costs.to_json(), indent=2) + "\n")
     write_trace(workdir / WORKLOAD, trace)
     report = _report(cfg, loop, loop_start, steps, decode, trace, records)
@@ -328,17 +328,17 @@ def _costs(
     decode: DecodeFit,
     train_tok_s: float,
     overhead: float,
+    max_seqs: int,
 ) -> CostModel:
-    """The simulator's cost table measured from the run."""
-    from gyre_core.runtime.loop import MAX_SEQS
-
+    """The simulator's cost table measured from the run (``max_seqs``: the engines' batch
+    cap the loop ran with)."""
     return CostModel(
         gpus=cfg.cluster.units,
         gpus_per_unit=1,
         gpus_per_node=1,
         decode_peak_tok_s=decode.decode_peak_tok_s,
         decode_half=decode.decode_half,
-        max_seqs_per_unit=MAX_SEQS,
+        max_seqs_per_unit=max_seqs,
         prefill_tok_s=decode.prefill_tok_s,
         train_tok_s=round(train_tok_s, 3),
         switch_s=round(_mean(c.switch_s), 4),

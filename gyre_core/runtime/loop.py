@@ -48,7 +48,7 @@ from gyre_core.trajectory.tree import PrefixTree
 TICK_S = 0.05
 STOP_CHECK_S = 0.25
 ENGINE_START = "engine start"  # the phase_progress name of bringing the engines up
-MAX_SEQS = 16  # engine batch cap: the policy sizes rollout by it
+MAX_SEQS = 16  # an engine's batch cap unless its settings give one (Loop.max_seqs)
 
 
 class PublishError(RuntimeError):
@@ -141,6 +141,7 @@ class Loop:
         self.training = False
         self.step_units: set[int] = set()  # units computing the running step's gradients
         self.counters = Counters()
+        self.max_seqs = MAX_SEQS  # a unit engine's batch cap: the policy sizes rollout by it
         self.state_ref: Any = start.state_ref  # the newest weights in Ray's object store
         # (None: the checkpoint's), made by the training group, never fetched into this process
         self.errors: list[BaseException] = []
@@ -234,7 +235,7 @@ class Loop:
             staleness=self.plan.staleness,
             admit_staleness=self.plan.admit_staleness,
             max_active=self.plan.max_active,
-            max_seqs_per_unit=MAX_SEQS,
+            max_seqs_per_unit=self.max_seqs,
             switch_s=_mean(self.counters.switch_s, 1.0),
             train_tok_s=_rate(self.counters),
         )
@@ -318,7 +319,7 @@ class Loop:
         """Start (or wake) the unit's engine on the current weights; the parts it timed."""
         version = self.trainer.version
         parts: dict[str, float] = await slot.actor.start_engine.remote(
-            self.state_ref, version, MAX_SEQS
+            self.state_ref, version, self.max_seqs
         )
         engine = UnitEngine(slot.actor, version)
         if self.trainer.version != version:  # a step published while the engine loaded

@@ -17,6 +17,7 @@ import asyncio
 import dataclasses
 import os
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -32,6 +33,14 @@ from gyre_core.runtime.sysmetrics import ProcessSampler
 from gyre_core.train.config import TrainSetup
 
 RESOURCE = "gpu_unit"
+
+
+def ray_temp_dir() -> str:
+    """The folder of a Ray cluster Gyre starts: ``gyre-ray-<uid>`` in ``$TMPDIR`` (the
+    image's is under ``GYRE_DATA_DIR``), or in ``/tmp`` when that path would be long: Ray's
+    socket paths below it are capped at 107 characters."""
+    tmp = tempfile.gettempdir()
+    return os.path.join(tmp if len(tmp) <= 32 else "/tmp", f"gyre-ray-{os.getuid()}")
 
 
 def start_ray(address: str, units: int, gpus_per_unit: int, object_store_mb: int) -> bool:
@@ -54,7 +63,7 @@ def start_ray(address: str, units: int, gpus_per_unit: int, object_store_mb: int
         resources={RESOURCE: units * gpus_per_unit},
         num_cpus=max(2, os.cpu_count() or 2),
         object_store_memory=object_store_mb * 1024 * 1024,
-        _temp_dir=f"/tmp/gyre-ray-{os.getuid()}",  # short: Ray's socket paths are length-capped
+        _temp_dir=ray_temp_dir(),
         include_dashboard=False,
         log_to_driver=False,
     )

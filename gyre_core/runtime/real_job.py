@@ -147,6 +147,8 @@ async def _run(
     sampler.start()  # from the warm start on, beside the loop
     try:
         loop, midrun = await _bring_up(run, prep, slots)
+        # the engines' sequence cap (vLLM on CUDA: from its KV cache, vllm_settings.seq_cap)
+        loop.max_seqs = getattr(settings, "max_num_seqs", 0) or MAX_SEQS
         await loop.bring_up(roles)  # every unit in its initial role, engines on current weights
         outcome = await _loop(run, prep, loop, midrun, should_stop)
         await sampler.stop()  # the run's last events are its status and summary

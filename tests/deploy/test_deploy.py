@@ -6,6 +6,7 @@ the systemd units are complete, and the KubeRay cluster asks for GPUs."""
 from __future__ import annotations
 
 import configparser
+import json
 import re
 import shutil
 import subprocess
@@ -368,3 +369,96 @@ def test_systemd_covers_every_process():
     )  # fmt: skip
     assert {"DATABASE_URL", "REDIS_URL", "GYRE_SECRET_KEY", "RAY_ADDRESS"} <= set(example)
     assert example["PYTHONPATH"].split(":")[0] == "/opt/gyre/platform"
+
+
+# ---------------------------------------------------------------------- user and folders
+
+
+def image_env() -> dict[str, str]:
+    env: dict[str, str] = {}
+    for instr in re.findall(r"^ENV ((?:.*\\\n)*.*)", DOCKERFILE.read_text(), flags=re.M):
+        env.update(re.findall(r"(" + NAME + r")=(\S+)", instr))
+    return env
+
+
+WRITABLE = ("TMPDIR", "XDG_CACHE_HOME", "HF_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")
+
+
+def test_the_image_runs_as_a_non_root_user_owning_its_writable_folders():
+    """uid 1000 (the pods' runAsUser), every folder a process writes under GYRE_DATA_DIR,
+    made and handed to that user after the build, so that a pod's first write lands."""
+    text = DOCKERFILE.read_text()
+    assert re.search(r"useradd [^\n]*--uid 1000 gyre", text)
+    assert re.findall(r"^USER (\S+)", text, flags=re.M)[-1] == "gyre"
+    env = image_env()
+    data = Path(env["GYRE_DATA_DIR"])
+    last_run = text[: text.rindex("\nUSER ")].rsplit("\nRUN ", 1)[1]
+    assert re.search(rf"chown -R gyre:gyre {data}\b", last_run)
+    for name in WRITABLE:
+        path = Path(env[name])
+        assert path.is_relative_to(data), f"{name}={path} is outside GYRE_DATA_DIR"
+        assert str(path) in last_run.split(), f"{name}={path} is not made before USER"
+    assert "/app" not in last_run  # the code stays root's
+
+
+def pods() -> list[tuple[str, dict[str, Any]]]:
+    """(name, pod spec) of every Deployment and RayCluster group."""
+    found = []
+    for doc in k8s_docs():
+        if doc["kind"] == "Deployment":
+            found.append((doc["metadata"]["name"], doc["spec"]["template"]["spec"]))
+        elif doc["kind"] == "RayCluster":
+            found.append(("ray-head", doc["spec"]["headGroupSpec"]["template"]["spec"]))
+            for group in doc["spec"]["workerGroupSpecs"]:
+                found.append((f"ray-{group['groupName']}", group["template"]["spec"]))
+    return found
+
+
+def test_every_pod_runs_as_the_image_s_user_and_writes_under_the_data_folder():
+    """runAsNonRoot as uid 1000; every mount but /dev/shm under GYRE_DATA_DIR; TMPDIR (Ray's
+    session folders and sockets) node-local wherever Ray runs, and the vLLM servers' folder
+    node-local on GPU pods (IPC sockets do not belong on a shared volume)."""
+    config = next(d for d in k8s_docs() if d["kind"] == "ConfigMap")["data"]
+    data, tmp = Path(config["GYRE_DATA_DIR"]), Path(image_env()["TMPDIR"])
+    assert Path(image_env()["GYRE_DATA_DIR"]) == data
+    names = {name for name, _ in pods()}
+    assert {"gyre-web", "gyre-worker", "gyre-beat", "ray-head", "ray-gpu"} <= names
+    for name, spec in pods():
+        context = spec["securityContext"]
+        assert context["runAsNonRoot"] is True and context["runAsUser"] == 1000, name
+        local = {v["name"] for v in spec.get("volumes", []) if "emptyDir" in v}
+        mounts = {m["mountPath"]: m["name"] for c in spec["containers"]
+                  for m in c.get("volumeMounts", [])}  # fmt: skip
+        for path in mounts:
+            assert path == "/dev/shm" or Path(path).is_relative_to(data), (name, path)
+        runs_ray = name.startswith("ray-") or "ray start" in json.dumps(spec["containers"])
+        if runs_ray or name == "gyre-beat":
+            assert mounts.get(str(tmp)) in local, f"{name}: no node-local {tmp}"
+        gpus = any("nvidia.com/gpu" in c["resources"].get("limits", {}) for c in spec["containers"])
+        if gpus:
+            assert mounts.get(str(data / "vllm")) in local, f"{name}: vllm/ not node-local"
+    beat = next(spec for name, spec in pods() if name == "gyre-beat")
+    schedule = beat["containers"][0]["command"]
+    assert Path(schedule[schedule.index("--schedule") + 1]).is_relative_to(tmp)
+
+
+def test_compose_gives_each_container_its_own_tmpdir():
+    """One shared data volume, but TMPDIR (Ray's session folder) per container: two Ray nodes
+    in one temp folder would share a session folder."""
+    services = compose()["services"]
+    tmp = image_env()["TMPDIR"]
+    for name in ("web", "worker", "beat", "ray-head", "ray-worker"):
+        assert "gyre-data:/data" in services[name]["volumes"] and tmp in services[name]["volumes"]
+
+
+def test_the_readme_states_the_units_requests_the_manifests_set():
+    """What deploy/README.md says a GPU pod and a unit request is what the files set."""
+    readme = (DEPLOY / "README.md").read_text()
+    cluster = next(d for d in k8s_docs() if d["kind"] == "RayCluster")
+    group = cluster["spec"]["workerGroupSpecs"][0]
+    requests = group["template"]["spec"]["containers"][0]["resources"]["requests"]
+    for key in ("cpu", "memory", "nvidia.com/gpu"):
+        assert f"`{key}: {requests[key]}`" in readme, key
+    assert f"`num-gpus: {group['rayStartParams']['num-gpus']}`" in readme
+    assert "`num_gpus: 1`" in readme and re.search(r"placement\s+group", readme)  # a unit's
+    assert "requests only `gpu_unit`, not `num_gpus`" not in readme
