@@ -3,7 +3,7 @@ group re-forms around it, against what it holds between steps.
 
 ``--units`` training units of ``--per-unit`` processes (gloo, real processes, one
 :class:`~gyre_core.train.member.TrainMember` each, no Ray) train a randomly initialised
-model of a named shape (``gpu_check.SHAPES``; ``--layers`` keeps that many of its decoder
+model of a named shape (``gpu_suite_common.SHAPES``; ``--layers`` keeps that many of its decoder
 layers, the widths unchanged) in fp32: a step (weights, gradients and AdamW moments all
 held), then unit 1 leaves (a switch), a step, then unit 1 joins again (a switch: it
 receives its shards from unit 0), a step. A thread in each process reads its resident set
@@ -40,7 +40,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.gpu_check import SHAPES, agentic_batch, model_config
+from benchmarks.gpu_suite_common import SHAPES, agentic_batch, model_config
 from gyre_core.models.model import build_model
 from tests.train.members import Place, free_port, member_for, step
 

@@ -49,7 +49,7 @@ from gyre_core.rollout.vllm_settings import MIB, VLLMSettings
 from gyre_core.rollout.weight_sync import ShmSender, of_chunks
 from gyre_core.train.weight_out import gather_buckets
 
-SHAPES = {  # 0.6b: benchmarks/scale_check.py's (gpu_check.SHAPES) at its default vocabulary
+SHAPES = {  # 0.6b: benchmarks/scale_check.py's (gpu_suite_common.SHAPES) at its default vocabulary
     "0.6b": ModelShape(32768, layers=28, hidden=1024, heads=16, kv_heads=8, head_dim=128,
                        intermediate=3072, max_positions=1024, tie_embeddings=True),
     "quick": ModelShape(1024, layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32,
