@@ -23,7 +23,14 @@ from safetensors.torch import load_file
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from gyre_core.rollout import vllm_env
-from gyre_core.rollout.nccl_sync import Plan, layout, nccl_init_body, nccl_update_body, receive
+from gyre_core.rollout.nccl_sync import (
+    NcclGroup,
+    Plan,
+    layout,
+    nccl_init_body,
+    nccl_update_body,
+    receive,
+)
 from gyre_core.rollout.vllm_engine import VLLMEngine, VLLMEngineError
 from gyre_core.rollout.vllm_ext.gyre_weights import Entry
 from gyre_core.rollout.weight_sync import (
@@ -207,6 +214,8 @@ def test_the_bodies_of_both_cuda_routes_pass_vllms_validation_and_stray_fields_d
         ipc_update_body(bucket + bucket, maps)
     with pytest.raises(RuntimeError, match="CUDA"):
         CudaIpcSender(torch.device("cpu"))
+    with pytest.raises(RuntimeError, match="CUDA"):
+        NcclGroup(torch.device("cpu"))
     smi = f"0, GPU-{uuids[0]}\n1, GPU-{uuids[1]}\n"  # nvidia-smi's form: torch prints no GPU-
     assert uuids_of(smi, [1, 0]) == [uuids[1], uuids[0]]
     with pytest.raises(RuntimeError, match="no GPU"):
