@@ -267,7 +267,7 @@ class VLLMUnit:
             await engine.update_weights(load, version)
             nbytes = sent[0]
         seconds = time.perf_counter() - t0
-        served = await engine.weight_version()
+        served = str(version)  # update_weights read it back from /weight_info
         self._log(
             event="reload",
             path=self.settings.weight_sync,
