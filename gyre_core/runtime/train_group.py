@@ -348,8 +348,10 @@ def _link_or_copy(src: str, dst: str) -> None:
 
 
 def _lost(task: asyncio.Future[Any]) -> bool:
-    """Whether a finished call failed because its process is gone."""
-    return not task.cancelled() and isinstance(task.exception(), ray.exceptions.RayActorError)
+    """Whether a call finished, failed because its process is gone."""
+    if not task.done() or task.cancelled():
+        return False
+    return isinstance(task.exception(), ray.exceptions.RayActorError)
 
 
 async def _abort(procs: list[Any]) -> None:
