@@ -5,7 +5,7 @@ tokenizer), the seed, the trainer settings, the demonstrations (suite, size, hin
 limits, the demonstrator's skip rate) and the code that plays and trains them. The key hashes
 all of that; an entry holds the trainer's full state after the warm start (weights,
 optimizer moments and version 0, as a sharded checkpoint:
-:func:`gyre_core.train.sharded.save_state`) and its losses and wall time, so a run that
+:func:`gyre_core.train.sharded_checkpoint.save_state`) and its losses and wall time, so a run that
 loads it continues exactly as if it had trained them itself.
 """
 

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from safetensors.torch import load_file
 
-from gyre_core.train.sharded import load_state, save_state
+from gyre_core.train.sharded_checkpoint import load_state, save_state
 from gyre_core.train.trainer import Trainer
 from gyre_core.trajectory.format import Rollout
 from gyre_core.trajectory.sample import PackedSample

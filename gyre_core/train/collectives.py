@@ -17,6 +17,24 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
+BROADCAST_BYTES = 64 * 1024 * 1024  # a state transfer's largest buffer beyond the state
+
+
+def byte_runs(tensors: Sequence[torch.Tensor], limit: int) -> list[list[torch.Tensor]]:
+    """``tensors`` cut, in order, into runs of at most ``limit`` bytes each (a tensor larger
+    than ``limit`` alone in its run): every process cuts its same-shaped list alike, and no
+    buffer of the whole state is made (a joining unit's peak memory stays near its state)."""
+    runs: list[list[torch.Tensor]] = []
+    size = 0
+    for x in tensors:
+        nbytes = x.numel() * x.element_size()
+        if not runs or size + nbytes > limit:
+            runs.append([])
+            size = 0
+        runs[-1].append(x)
+        size += nbytes
+    return runs
+
 
 @dataclass(frozen=True, slots=True)
 class BroadcastGroup:
@@ -77,3 +95,17 @@ def adamw_step(param: torch.Tensor, options: dict[str, Any]) -> torch.Tensor:
         if fused or capturable
         else "cpu",
     )
+
+
+def broadcast_run(
+    xs: list[torch.Tensor], via: torch.device, src: int, group: dist.ProcessGroup
+) -> None:
+    """Broadcast ``xs`` (one device and dtype) from ``src`` as one buffer on ``via``; a lone
+    contiguous tensor already on ``via`` travels in place (no copy)."""
+    if len(xs) == 1 and xs[0].device == via and xs[0].is_contiguous():
+        dist.broadcast(xs[0], src=src, group=group)
+        return
+    flat = torch.cat([x.reshape(-1).to(via) for x in xs])
+    dist.broadcast(flat, src=src, group=group)
+    for x, piece in zip(xs, torch.split(flat, [x.numel() for x in xs]), strict=True):
+        x.copy_(piece.view_as(x))

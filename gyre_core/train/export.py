@@ -66,7 +66,7 @@ def checkpoint_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
     if kind == "plain":
         return load_file(str(checkpoint / WEIGHTS_FILE))
     if kind == "sharded":
-        from gyre_core.train.sharded import read_checkpoint
+        from gyre_core.train.sharded_checkpoint import read_checkpoint
 
         weights: dict[str, torch.Tensor] = read_checkpoint(checkpoint)["model"]
         return weights

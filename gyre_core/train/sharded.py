@@ -18,8 +18,6 @@ units taking part), up to the order of floating-point sums.
 
 from __future__ import annotations
 
-import json
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
@@ -29,25 +27,26 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
-    get_model_state_dict,
-    get_state_dict,
     set_model_state_dict,
-    set_state_dict,
 )
-from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
-from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from gyre_core.train.collectives import adamw_step, broadcast_plan, served_device_types
-from gyre_core.train.config import PRECISIONS, recorded_settings
+from gyre_core.train.collectives import (
+    BROADCAST_BYTES,
+    adamw_step,
+    broadcast_plan,
+    broadcast_run,
+    byte_runs,
+    served_device_types,
+)
+from gyre_core.train.config import PRECISIONS
 from gyre_core.train.losses import LossStats, count_fresh
+from gyre_core.train.sharded_checkpoint import load_state, save_state
 from gyre_core.train.trainer import Trainer, demo_sample, shard_by_tokens
 from gyre_core.trajectory.format import Rollout
 from gyre_core.trajectory.sample import PackedSample
-
-TRAINER_FILE = "trainer.json"  # a sharded checkpoint's version and trainer settings
 
 
 def unit_mesh(units: int, per_unit: int, device: str = "cpu") -> DeviceMesh:
@@ -187,11 +186,15 @@ class ShardedTrainer:
 
     def _probe_loss(self) -> torch.Tensor:
         """A two-token forward weighted 0: a process's part in a microbatch it has no
-        sample for (its gradient adds nothing)."""
+        sample for (its gradient adds nothing). The KL reference's forward follows, as in a
+        sample's loss: its shards are gathered by every process, so every process runs it."""
         probe = demo_sample([0], [0])
-        dev = self.trainer.device
-        ids = torch.from_numpy(probe.input_ids[None]).to(dev)
-        logits: torch.Tensor = self.trainer.model(input_ids=ids, use_cache=False).logits
+        t = self.trainer
+        ids = torch.from_numpy(probe.input_ids[None]).to(t.device)
+        logits: torch.Tensor = t.model(input_ids=ids, use_cache=False).logits
+        if t.ref_model is not None:
+            with torch.no_grad():
+                t.ref_model(input_ids=ids, use_cache=False)
         return logits.float().sum() * 0.0
 
     def _all_sum(self, stats: LossStats) -> LossStats:
@@ -306,13 +309,10 @@ class ShardedTrainer:
             tensors.append(_local(p))
             tensors += [_local(t.optimizer.state[p][k]) for k in keys.get(n, [])]
         served = served_device_types(group)
-        with torch.no_grad():  # one buffer per (device, dtype): a few collectives
+        with torch.no_grad():  # buffers of one (device, dtype), at most BROADCAST_BYTES each
             for part in broadcast_plan([(x.device, x.dtype) for x in tensors], served, t.device):
-                xs = [tensors[i] for i in part.members]
-                flat = torch.cat([x.reshape(-1).to(part.via) for x in xs])
-                dist.broadcast(flat, src=src, group=group)
-                for x, piece in zip(xs, torch.split(flat, [x.numel() for x in xs]), strict=True):
-                    x.copy_(piece.view_as(x))
+                for run in byte_runs([tensors[i] for i in part.members], BROADCAST_BYTES):
+                    broadcast_run(run, part.via, src, group)
 
     def load_full_weights(self, state: dict[str, Any]) -> None:
         """Take full (unsharded) weights, the same on every process, into the shards
@@ -334,70 +334,6 @@ class ShardedTrainer:
     def load(self, directory: Path, *, strict: bool = True) -> int:
         """Continue from a checkpoint :meth:`save` wrote (:func:`load_state`)."""
         return load_state(self.trainer, directory, strict=strict)
-
-
-def save_state(trainer: Trainer, directory: Path, version: int | None = None) -> None:
-    """Write ``trainer``'s weights and AdamW state as a sharded checkpoint
-    (``torch.distributed.checkpoint``: each process of a group its own shards; a trainer
-    outside any group writes them whole) and, from the first process, ``trainer.json``
-    (version, settings). It loads at any width (:func:`load_state`). A fresh optimizer (no
-    moments yet) is saved as such, so that it loads fresh."""
-    fresh = not trainer.optimizer.state  # get_state_dict would take a zero step to fill it
-    if fresh:
-        state: dict[str, Any] = {"model": get_model_state_dict(trainer.model)}
-    else:
-        model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer)
-        state = {"model": model_sd, "optim": optim_sd}
-    dcp_save(state, checkpoint_id=str(directory))
-    if not dist.is_initialized() or dist.get_rank() == 0:
-        meta = {
-            "version": trainer.version if version is None else version,
-            "fresh_optimizer": fresh,
-            "settings": trainer.settings(),
-        }
-        (Path(directory) / TRAINER_FILE).write_text(json.dumps(meta, indent=1) + "\n")
-
-
-def load_state(trainer: Trainer, directory: Path, *, strict: bool = True) -> int:
-    """Continue from a checkpoint :func:`save_state` wrote, at any width (each process reads
-    the parts of the shards it holds now); returns its version. A checkpoint of other
-    trainer settings is refused by name (``strict=False``: only the weights and moments
-    are taken). The learning rate stays the trainer's."""
-    meta = json.loads((Path(directory) / TRAINER_FILE).read_text())
-    if strict:
-        mine = json.loads(json.dumps(trainer.settings()))
-        theirs = recorded_settings(meta["settings"])
-        diff = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
-        if diff:
-            other = ", ".join(diff)
-            raise ValueError(f"{directory}: a checkpoint of other trainer settings ({other})")
-    if meta.get("fresh_optimizer"):
-        model_sd = get_model_state_dict(trainer.model)
-        dcp_load({"model": model_sd}, checkpoint_id=str(directory))
-        set_model_state_dict(trainer.model, model_sd)
-        trainer.optimizer.state.clear()
-    else:
-        model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer)
-        dcp_load({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(directory))
-        set_state_dict(
-            trainer.model, trainer.optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd
-        )
-        for g in trainer.optimizer.param_groups:
-            g["lr"] = trainer.config.lr
-    trainer.version = int(meta["version"])
-    return trainer.version
-
-
-def read_checkpoint(directory: Path) -> dict[str, Any]:
-    """A sharded checkpoint's whole content (``model``, and ``optim`` unless the optimizer
-    was fresh) gathered in this process: for tools and tests, never a training path."""
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "whole.pt"
-        dcp_to_torch_save(str(directory), str(out))
-        whole: dict[str, Any] = torch.load(out, weights_only=False)
-    return whole
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from gyre_core.config import RunConfig
 from gyre_core.runtime.real_job import _make_units, release_units
 from gyre_core.runtime.train_group import TrainGroup, fetch_weights
 from gyre_core.train.losses import count_fresh
-from gyre_core.train.sharded import read_checkpoint
+from gyre_core.train.sharded_checkpoint import read_checkpoint
 from tests.train.test_trainer import sample_rollouts, tiny_model
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ from gyre_core.events import ListSink
 from gyre_core.runtime import run_job
 from gyre_core.runtime.session import make_model_dir
 from gyre_core.train.checkpoint_dirs import latest_checkpoint
-from gyre_core.train.sharded import read_checkpoint
+from gyre_core.train.sharded_checkpoint import read_checkpoint
 from gyre_core.trajectory.format import read_rollouts
 from tests.runtime.conftest import TINY_JOB, UnitKiller, tiny_job
 

@@ -135,3 +135,14 @@ def test_a_fresh_step_count_is_what_adamw_makes(default: torch.dtype, fused: boo
     finally:
         torch.set_default_dtype(before)
     assert (mine.device, mine.dtype, float(mine)) == (theirs.device, theirs.dtype, 0.0)
+
+
+def test_a_transfer_is_cut_into_runs_of_bounded_bytes() -> None:
+    """A joining unit's state goes in buffers of at most the limit (a tensor larger than it
+    alone), in order: no buffer of the whole state is made beside the state itself."""
+    from gyre_core.train.collectives import byte_runs
+
+    xs = [torch.zeros(n) for n in (4, 4, 10, 1, 1, 1, 3)]  # float32: 4 bytes each
+    runs = byte_runs(xs, limit=32)
+    assert [[x.numel() for x in r] for r in runs] == [[4, 4], [10], [1, 1, 1, 3]]
+    assert [x for r in runs for x in r] == xs

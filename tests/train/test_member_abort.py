@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import torch
 
-from gyre_core.train.sharded import read_checkpoint
+from gyre_core.train.sharded_checkpoint import read_checkpoint
 from tests.train.members import Place, free_port, member_for, step
 from tests.train.test_trainer import sample_rollouts, tiny_model
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from gyre_core.train.config import TrainConfig
 from gyre_core.train.sharded import ShardedTrainer, decoder_layers, mixed_precision, unit_mesh
 from tests.train.test_trainer import make_trainer, sample_rollouts, tiny_model
 
@@ -23,6 +25,15 @@ STEPS = 2
 
 def _batch() -> list:  # type: ignore[type-arg]
     return sample_rollouts(tiny_model(seed=1), groups=3, group_size=4, length=6, seed=7)
+
+
+def _one_sample_batch() -> list:  # type: ignore[type-arg]
+    """One group that packs into one sample: every process but one pads its microbatch."""
+    return sample_rollouts(tiny_model(seed=1), groups=1, group_size=2, length=6, seed=7)
+
+
+def _kl_trainer() -> Any:
+    return make_trainer(tiny_model(), TrainConfig(kl_coef=0.1), tiny_model(seed=3))
 
 
 def _free_port() -> int:
@@ -38,12 +49,14 @@ def _process(rank: int, world: int, units: int, port: int, out: str, ckpt: str, 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        trainer = ShardedTrainer(make_trainer(tiny_model()), unit_mesh(units, world // units))
+        plain = _kl_trainer() if mode == "kl" else make_trainer(tiny_model())
+        trainer = ShardedTrainer(plain, unit_mesh(units, world // units))
         shapes = {n: tuple(p.to_local().shape) for n, p in trainer.trainer.params}
         if mode == "resume":
             trainer.load(Path(ckpt))
-        steps = STEPS if mode == "steps" else 1
-        metrics = [trainer.step(_batch()) for _ in range(steps)]
+        steps = STEPS if mode in ("steps", "kl") else 1
+        batch = _one_sample_batch() if mode == "kl" else _batch()
+        metrics = [trainer.step(batch) for _ in range(steps)]
         if mode == "save":
             trainer.save(Path(ckpt))
         full = trainer.full_state_dict()
@@ -82,6 +95,21 @@ def test_one_step_is_the_same_at_every_width(tmp_path) -> None:
             name = "model.layers.0.mlp.up_proj.weight"
             assert got["shapes"][name][0] * 2 == want[name].shape[0]
     assert got["params"]["model.layers.0.mlp.up_proj.weight"].dtype == torch.float32
+
+
+def test_a_process_with_no_sample_runs_the_kl_reference_too(tmp_path) -> None:
+    """With a KL reference, a process that pads its microbatch (one sample, two processes)
+    gathers the reference's shards as its peer does: the step runs and equals the plain
+    trainer's (before, gloo failed: "Received data size doesn't match expected size")."""
+    plain = _kl_trainer()
+    want_metrics = [plain.step(_one_sample_batch()) for _ in range(STEPS)]
+    want = {n: p.detach().clone() for n, p in plain.model.named_parameters()}
+    got = _sharded(tmp_path, 1, 2, mode="kl")
+    worst = max(_relative(got["params"][n], w) for n, w in want.items())
+    assert worst < 1e-5, f"parameters differ by {worst:.2e} relative"
+    assert [g["kl"] for g in got["metrics"]] == pytest.approx(
+        [w["kl"] for w in want_metrics], rel=1e-5, abs=1e-8
+    )
 
 
 def test_the_model_shards_layer_by_layer_and_precisions_are_named() -> None:
