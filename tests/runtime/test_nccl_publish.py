@@ -1,6 +1,6 @@
 """``engine.weight_sync: nccl``: the loop's publish takes the NCCL route (the training
 group's processes open the group and send, every live rollout unit receives; nothing is
-published through the object store), forms the group with the first update and again when
+published through the object store; a unit's own start or wake reloads from disk), forms the group with the first update and again when
 the units change or an update failed, and fails the step loudly. Real Ray actors stand in
 for the units' processes (their NCCL side, gyre_core/rollout/nccl_sync.py, is tested over
 gloo in tests/rollout/test_nccl_sync.py; NCCL itself needs CUDA)."""
@@ -8,17 +8,24 @@ gloo in tests/rollout/test_nccl_sync.py; NCCL itself needs CUDA)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import ray
+import torch
 
 from gyre_core.config import RunConfig
 from gyre_core.events import ListSink
 from gyre_core.rollout.nccl_sync import Plan
 from gyre_core.rollout.router import Router
+from gyre_core.rollout.vllm_engine import VLLMEngine
+from gyre_core.rollout.vllm_settings import VLLMSettings
+from gyre_core.rollout.vllm_unit import VLLMUnit
 from gyre_core.runtime.loop import Loop, PublishError, UnitSlot
 from gyre_core.runtime.plan import RunPlan
 from gyre_core.runtime.ray_backend import UnitEngine
@@ -137,3 +144,56 @@ def test_a_failed_send_fails_the_step(ray_cluster: None, tmp_path: Path) -> None
     with pytest.raises(PublishError, match=r"over NCCL failed.*needs CUDA"):
         asyncio.run(loop._publish())
     assert loop.published == 2
+
+
+class _Server:
+    """A server's update routes that record what a unit posts and report the version it
+    was tagged with last."""
+
+    def __init__(self) -> None:
+        posts: list[tuple[str, Any]] = []
+        self.posts = posts
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _reply(self, data: object) -> None:
+                raw = json.dumps(data).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_GET(self) -> None:
+                tagged = [b["new_version"] for p, b in posts if p == "/update_weight_version"]
+                self._reply({"weight_version": tagged[-1] if tagged else "0"})
+
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                posts.append((self.path.split("?")[0], json.loads(raw) if raw else None))
+                self._reply({})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+def test_under_nccl_a_unit_s_own_publish_reloads_from_disk(tmp_path: Path) -> None:
+    """A server that starts or wakes under ``nccl`` has vLLM's nccl receiver, not the IPC
+    one or Gyre's bucket extension: its own publish writes a folder and reloads it."""
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "config.json").write_text("{}")
+    unit = VLLMUnit(0, base, tmp_path / "work", VLLMSettings(weight_sync="nccl"))
+    assert not unit.streams  # the unit's actor joins the buckets into one state
+    server = _Server()
+    try:
+        unit.engine = VLLMEngine(server.url, version=1)
+        asyncio.run(unit.publish({"w": torch.ones(2, 2)}, 2))
+        rpcs = [b for p, b in server.posts if p == "/collective_rpc"]
+        folder = tmp_path / "work" / "weights-v2"
+        assert rpcs == [{"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}]
+        assert (folder / "model.safetensors").is_file() and unit.engine.version == 2
+    finally:
+        server.httpd.shutdown()
