@@ -19,8 +19,9 @@ import pytest
 import ray
 import torch
 
-from gyre_core.config import RunConfig
+from gyre_core.config import ConfigError, RunConfig
 from gyre_core.events import ListSink
+from gyre_core.rollout.engine_kinds import ENGINES
 from gyre_core.rollout.nccl_sync import Plan
 from gyre_core.rollout.router import Router
 from gyre_core.rollout.vllm_engine import VLLMEngine
@@ -197,3 +198,16 @@ def test_under_nccl_a_unit_s_own_publish_reloads_from_disk(tmp_path: Path) -> No
         assert (folder / "model.safetensors").is_file() and unit.engine.version == 2
     finally:
         server.httpd.shutdown()
+
+
+def test_nccl_is_refused_for_an_engine_without_vllm_s_receiver(tmp_path: Path) -> None:
+    job = tiny_job()
+    job["engine"] = {"weight_sync": "nccl"}
+    cfg = RunConfig.from_dict(job)
+    assert cfg.model.engine == "torch"
+    with pytest.raises(ConfigError) as info:
+        ENGINES[cfg.model.engine].settings(cfg, tmp_path, True)
+    assert dict(info.value.errors) == {
+        "engine.weight_sync": "nccl needs model.engine vllm, got torch"
+    }
+    assert ENGINES["torch"].settings(RunConfig.from_dict(tiny_job()), tmp_path, True) is None
