@@ -74,8 +74,11 @@ class EngineConfig:
         "bucketed",
         "how a step's weights reach a server: bucketed = in buckets through shared memory "
         "(CPU) or CUDA IPC (GPU) into the running model; disk = a safetensors folder and a "
-        "full reload",
-        choices=("bucketed", "disk"),
+        "full reload; nccl (CUDA only) = the trainer's first process broadcasts each step's "
+        "weights to every rollout engine over NCCL (vLLM's nccl weight transfer), and a "
+        "server that starts or wakes takes them from disk. The run's author picks one of "
+        "these names; none is a path or an address",
+        choices=("bucketed", "disk", "nccl"),
     )
     bucket_mb: int = config_field(
         256, "bucketed weight sync: the largest bucket, in MiB", min=1, max=65536

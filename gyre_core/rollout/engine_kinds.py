@@ -19,7 +19,13 @@ def _ready() -> None:
 
 
 def _no_settings(cfg: Any, model_dir: Path, cuda: bool) -> Any:
-    """Nothing to resolve: the engine takes no settings of its own."""
+    """Nothing to resolve: the engine takes no settings of its own (and no weights over
+    NCCL: ``engine.weight_sync: nccl`` is vLLM's receiver)."""
+    if getattr(getattr(cfg, "engine", None), "weight_sync", "") == "nccl":
+        from gyre_core.errors import ConfigError
+
+        engine = getattr(getattr(cfg, "model", None), "engine", "?")
+        raise ConfigError([("engine.weight_sync", f"nccl needs model.engine vllm, got {engine}")])
     return None
 
 

@@ -86,6 +86,8 @@ class VLLMSettings:
             out += ["--worker-extension-cls", EXTENSION]
             if self.cuda:  # vLLM's own CUDA IPC receiver
                 out += ["--weight-transfer-config", json.dumps({"backend": "ipc"})]
+        elif self.weight_sync == "nccl":  # vLLM's NCCL receiver (gyre_core/rollout/nccl_sync.py)
+            out += ["--weight-transfer-config", json.dumps({"backend": "nccl"})]
         if self.cuda and self.sleep:
             out.append("--enable-sleep-mode")
         return tuple(out)
@@ -214,6 +216,8 @@ def _platform_errors(cfg: Any, cuda: bool, tp: int, heads: int) -> list[tuple[st
         for name in ("chunked_prefill", "cuda_graphs"):
             if getattr(e, name) == "on":
                 errors.append((f"engine.{name}", "needs CUDA (the cluster has no GPU)"))
+        if e.weight_sync == "nccl":
+            errors.append(("engine.weight_sync", "nccl needs CUDA (the cluster has no GPU)"))
         if tp != 1:
             errors.append(
                 ("engine.tensor_parallel", f"vllm-cpu units serve on one process, got {tp}")

@@ -246,7 +246,9 @@ class VLLMUnit:
             return
         t0 = time.perf_counter()
         engine = self.engine
-        if self.settings.weight_sync == "disk":
+        if self.settings.weight_sync in ("disk", "nccl"):  # nccl: a step's weights come by
+            # NCCL (nccl_sync.receive); the server takes one weight-transfer backend, so its
+            # own start or wake reloads from disk
             assert isinstance(state, dict)  # whole: the unit's actor joins it (not streams)
             out = self.work_dir / f"weights-v{version}"
             new = await asyncio.to_thread(write_weights, state, self.checkpoint, out)

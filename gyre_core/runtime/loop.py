@@ -15,8 +15,9 @@ per engine, sessions, ready rollouts, version), asks the policy, and acts:
   :mod:`~gyre_core.runtime.train_group`) — the driver packs the batch and splits its
   samples by tokens over the group's processes, which hold the sharded weights and
   optimizer state and reduce their gradients among themselves; the new weights, gathered
-  by the group into Ray's object store, are published to every engine. The driver holds
-  no model.
+  by the group into Ray's object store, are published to every engine (with
+  ``engine.weight_sync: nccl``, broadcast to them over NCCL:
+  :mod:`~gyre_core.runtime.nccl_publish`). The driver holds no model.
 
 Sessions never live on a unit, so a switch restarts none of them (``restart`` switch mode
 exists as the baseline that does).
@@ -37,6 +38,7 @@ from gyre_core import events as ev
 from gyre_core.cluster import IDLE, ROLLOUT, SWITCHING, TRAIN
 from gyre_core.rollout.router import Router
 from gyre_core.runtime.inventory import read_inventory
+from gyre_core.runtime.nccl_publish import NcclPublisher
 from gyre_core.runtime.plan import RunPlan
 from gyre_core.runtime.ray_backend import UnitEngine
 from gyre_core.runtime.train_group import TrainGroup, UnitsLost
@@ -150,6 +152,14 @@ class Loop:
         # the version the rollout engines serve: a step's version counts for admission only
         # once its weights are published (the trainer's runs ahead while they go out)
         self.published = trainer.version
+        # engine.weight_sync nccl: a step's weights go from the trainer to the engines over
+        # NCCL (runtime/nccl_publish.py); otherwise through Ray's object store
+        engine = trainer.cfg.engine
+        self.nccl = (
+            NcclPublisher(trainer, engine.bucket_mb * 1024 * 1024)
+            if engine.weight_sync == "nccl"
+            else None
+        )
 
     # ------------------------------------------------------------------ the loop
 
@@ -322,6 +332,8 @@ class Loop:
             self.state_ref, version, self.max_seqs
         )
         engine = UnitEngine(slot.actor, version)
+        if self.nccl is not None:  # its server joins the NCCL weight group with the next step
+            self.nccl.reset()
         if self.trainer.version != version:  # a step published while the engine loaded
             await engine.publish(self.state_ref, self.trainer.version)
         self.router.add(slot.name, engine, domain=slot.node)
@@ -388,7 +400,8 @@ class Loop:
             self.counters.train_s.append(train_s)
             self.counters.tokens_trained += int(sum(len(s) for s in samples))
             t1 = time.perf_counter()
-            if not metrics.get("skipped"):
+            if not metrics.get("skipped"):  # what a unit's engine starts or wakes on (with
+                # weight_sync nccl, only that: the step's publish broadcasts them)
                 self.state_ref = await self.trainer.weights()
             await self._publish()
             self.counters.weight_sync_s.append(time.perf_counter() - t1)
@@ -410,9 +423,16 @@ class Loop:
         once every live engine took it."""
         version = self.trainer.version
         live = [s for s in self.units if s.role == ROLLOUT and not s.dead]
-        results = await asyncio.gather(
-            *(s.actor.publish.remote(self.state_ref, version) for s in live), return_exceptions=True
-        )
+        if self.nccl is not None:
+            try:
+                results = await self.nccl.publish(live, version)
+            except Exception as exc:  # the training group's side: nothing was published
+                raise PublishError(f"sending version {version} over NCCL failed: {exc!r}") from exc
+        else:
+            results = await asyncio.gather(
+                *(s.actor.publish.remote(self.state_ref, version) for s in live),
+                return_exceptions=True,
+            )
         failed = []
         for s, result in zip(live, results, strict=True):
             if isinstance(result, ray.exceptions.RayActorError):

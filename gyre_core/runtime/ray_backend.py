@@ -118,6 +118,7 @@ class UnitActor:
         self.engine: Any = None
         self.member: Any = None  # the training side (train/member.py), once it trained
         self.store: Any = None  # the rendezvous store it opened for a group it leads
+        self.weight_out: Any = None  # its part of an NCCL weight group (open_weights)
         self.sampler = ProcessSampler()  # sys_metrics from its start
 
     async def pid(self) -> int:
@@ -253,6 +254,59 @@ class UnitActor:
         first = torch.distributed.get_rank() == 0
         tied = bool(getattr(host, "streams", False))
         return await asyncio.to_thread(gather_buckets, model, first, bucket_bytes, dtype, tied)
+
+    # ------------------------------------------------------------------ NCCL weights
+    # engine.weight_sync: nccl (gyre_core/rollout/nccl_sync.py): the training group's first
+    # process broadcasts each step's weights to every rollout unit's engine.
+
+    async def open_weights(self, world: int, bucket_bytes: int) -> tuple[bytes, Any] | None:
+        """A new NCCL weight group of ``world`` ranks (a call to every process of the
+        training group): each sets up its part (``weight_out.WeightOut``); the first opens
+        the group and returns its NCCL unique id and the plan of every update (the
+        engines' dtype, buckets of at most ``bucket_bytes``, tied weights once)."""
+        from gyre_core.train.weight_out import WeightOut
+
+        model = self._member().sharded.trainer.model
+        device = next(model.parameters()).device
+        if device.type != "cuda":
+            raise RuntimeError(f"engine.weight_sync nccl needs CUDA; the trainer is on {device}")
+        if self.weight_out is not None:
+            self.weight_out.close()
+        rank = torch.distributed.get_rank()
+        self.weight_out = WeightOut(model, device, rank)
+        if rank != 0:
+            return None
+        dtype = str(getattr(getattr(self.host, "settings", None), "dtype", "bfloat16"))
+        plan = self.weight_out.plan(dtype, bucket_bytes)
+        uid = self.weight_out.open(world)
+        assert isinstance(uid, bytes)
+        return uid, plan.to_wire()
+
+    async def send_weights(self, plan: Any) -> int:
+        """One update over the NCCL weight group (every process: each weight is gathered;
+        the first broadcasts it); the bytes broadcast."""
+        from gyre_core.rollout.nccl_sync import Plan
+
+        if self.weight_out is None:
+            raise RuntimeError(f"unit {self.unit} process {self.proc}: no NCCL weight group")
+        return int(await asyncio.to_thread(self.weight_out.send, Plan.from_wire(plan)))
+
+    async def weight_ranks(self) -> int:
+        """The ranks this unit's engine takes in an NCCL weight group: one per worker."""
+        return int(getattr(getattr(self.host, "settings", None), "tensor_parallel", 1))
+
+    async def receive_weights(self, plan: Any, version: int, init: Any = None) -> None:
+        """This rollout unit's side of an NCCL update (``nccl_sync.receive`` on its running
+        vLLM server; ``init``: the group's init body when it is formed with this update)."""
+        from gyre_core.rollout.nccl_sync import Plan, receive
+
+        host: Any = self.host
+        engine = getattr(host, "engine", None)
+        if getattr(getattr(host, "settings", None), "weight_sync", "") != "nccl":
+            raise RuntimeError(f"unit {self.unit}'s engine does not take NCCL weights")
+        if engine is None or getattr(host, "asleep", False):
+            raise RuntimeError(f"unit {self.unit} has no running server to take NCCL weights")
+        await receive(engine, Plan.from_wire(plan), version, init)
 
     async def write_weights(self, path: str) -> None:
         await asyncio.to_thread(self._member().write_weights, path)

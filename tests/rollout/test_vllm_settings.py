@@ -233,3 +233,15 @@ def test_a_sleeping_cuda_server_never_gets_expandable_segments(
     assert "PYTORCH_ALLOC_CONF" not in asleep
     awake = env(VLLMSettings(cuda=True, sleep=False))  # no sleep mode: left as it is
     assert awake["PYTORCH_CUDA_ALLOC_CONF"].startswith("expandable_segments:True")
+
+
+def test_nccl_weight_sync_is_cuda_only_and_starts_vllm_s_nccl_receiver(model_dir: Path) -> None:
+    """``engine.weight_sync: nccl`` is refused on the CPU by name; on CUDA the server takes
+    vLLM's nccl weight-transfer backend (one backend per server: no IPC receiver, and no
+    bucket extension: a start or wake reloads from disk)."""
+    cpu = _errors(_cfg(weight_sync="nccl"), model_dir, cuda=False)
+    assert cpu["engine.weight_sync"] == "nccl needs CUDA (the cluster has no GPU)"
+    args = resolve(_cfg(weight_sync="nccl"), model_dir, cuda=True).args(8)
+    assert args.count("--weight-transfer-config") == 1
+    assert json.loads(args[args.index("--weight-transfer-config") + 1]) == {"backend": "nccl"}
+    assert "--worker-extension-cls" not in args
