@@ -2,7 +2,7 @@
 gather, cast, through Ray's object store, packed into shared memory and loaded by the
 server, with the bytes each hop carries. Two routes on the same server, alternating:
 
-* ``main``: the route before this change (``TrainMember.gather_buckets`` as it was): each
+* ``main``: the float32 baseline (the route commit cf01c30 took): each
   weight gathered to the host in float32 and put in the object store (every name, a tied
   weight twice), fetched by the unit, cast to the served dtype while packing;
 * ``now``: ``weight_out.gather_buckets`` (``UnitActor.gather``): each weight cast to the
@@ -60,7 +60,7 @@ ROUTES = ("main", "now")
 
 
 def main_route(model: torch.nn.Module, bucket_bytes: int) -> list[Any]:
-    """``TrainMember.gather_buckets`` before this change, for one process: each weight
+    """The float32 baseline for one process: each weight
     to the host in float32 (``iter_full``), every name, a bucket at a time."""
     refs: list[Any] = []
     chunk: dict[str, torch.Tensor] = {}

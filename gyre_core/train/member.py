@@ -264,29 +264,6 @@ class TrainMember:
         full = self._trainer().full_state_dict(keep=first)
         return full if first else None
 
-    def gather_buckets(self, bucket_bytes: int) -> list[Any] | None:
-        """The full weights in Ray's object store a bucket at a time (a collective): the
-        first process puts each bucket (whole decoder layers or modules, at most
-        ``bucket_bytes`` unless one is larger) as soon as it is gathered and keeps none, so
-        no process ever holds the whole model. Its references, in order, on the first
-        process; None on the others."""
-        import ray
-
-        from gyre_core.rollout.vllm_ext.gyre_weights import group_of
-
-        first = dist.get_rank() == 0
-        refs: list[Any] = []
-        chunk: dict[str, torch.Tensor] = {}
-        size, last = 0, ""
-        for name, full in self._trainer().iter_full(keep=first):
-            if chunk and size + full.nbytes > bucket_bytes and group_of(name) != last:
-                refs.append(ray.put(chunk))
-                chunk, size = {}, 0
-            chunk[name], size, last = full, size + full.nbytes, group_of(name)
-        if chunk:
-            refs.append(ray.put(chunk))
-        return refs if first else None
-
     def write_weights(self, path: str) -> None:
         """The full weights as one safetensors file, written by the first process."""
         full = self.gather()

@@ -123,7 +123,7 @@ class WeightOut:
 def gather_buckets(
     model: torch.nn.Module, first: bool, bucket_bytes: int, dtype: str, drop_tied: bool
 ) -> list[Any] | None:
-    """The object-store route (``TrainMember.gather_buckets``) in the engines' dtype: each
+    """The object-store route in the engines' dtype: each
     weight gathered (a collective), cast to ``dtype`` where it lives and only then copied
     to the host and put in Ray's object store, a bucket (whole layers, at most
     ``bucket_bytes`` unless one is larger) at a time by the ``first`` process, which

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -20,19 +19,15 @@ import ray
 import torch
 
 from gyre_core.config import ConfigError, RunConfig
-from gyre_core.events import ListSink
 from gyre_core.rollout.engine_kinds import ENGINES
 from gyre_core.rollout.nccl_sync import Plan
-from gyre_core.rollout.router import Router
 from gyre_core.rollout.vllm_engine import VLLMEngine
 from gyre_core.rollout.vllm_settings import VLLMSettings
 from gyre_core.rollout.vllm_unit import VLLMUnit
-from gyre_core.runtime.loop import Loop, PublishError, UnitSlot
-from gyre_core.runtime.plan import RunPlan
+from gyre_core.runtime.loop import Loop, PublishError
 from gyre_core.runtime.ray_backend import UnitEngine
-from gyre_core.runtime.train_group import TrainGroup
-from gyre_core.scheduler.policies import policy_for
 from tests.runtime.conftest import tiny_job
+from tests.runtime.test_publish import loop_over
 
 UID = bytes(range(128))
 PLAN = Plan(((("a.weight", "bfloat16", (2, 2)),), (("b.weight", "bfloat16", (4,)),))).to_wire()
@@ -77,25 +72,7 @@ class Proc:
 def _loop(tmp_path: Path, rollout: list[Any], trainers: list[Any]) -> Loop:
     job = tiny_job()
     job["engine"] = {"weight_sync": "nccl", "bucket_mb": 3}
-    cfg = RunConfig.from_dict(job)
-    units = [UnitSlot(i, a, "rollout", "rollout") for i, a in enumerate(rollout)]
-    router = Router({})
-    for s in units:
-        router.add(s.name, UnitEngine(s.actor, 0))
-    trainer = TrainGroup(cfg, tmp_path)
-    trainer.members = [UnitSlot(9, trainers[0], "train", "train", procs=trainers)]
-    trainer.version = 3
-    return Loop(
-        RunPlan.of(cfg),
-        policy=policy_for(cfg.scheduler, len(units)),
-        units=units,
-        router=router,
-        trainer=trainer,
-        sink=ListSink(),
-        clock=time.monotonic,
-        start_session=lambda i: None,
-        on_step=lambda *a: None,  # type: ignore[arg-type, return-value]
-    )
+    return loop_over(tmp_path, rollout, job, trainers)
 
 
 def test_nccl_publish_forms_the_group_once_and_sends_every_update_over_it(

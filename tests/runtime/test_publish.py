@@ -47,14 +47,21 @@ class Unit:
         return list(self.versions)
 
 
-def _loop(tmp_path: Path, actors: list[Any]) -> Loop:
-    cfg = RunConfig.from_dict(tiny_job())
+def loop_over(
+    tmp_path: Path, actors: list[Any], job: dict[str, Any] | None = None, trainers: list[Any] = ()
+) -> Loop:
+    """A run's loop over the rollout units ``actors`` (and a training unit of the
+    processes ``trainers`` when given), of ``job`` (tiny_job's by default), after a step
+    trained version 3."""
+    cfg = RunConfig.from_dict(job or tiny_job())
     units = [UnitSlot(i, a, "rollout", "rollout") for i, a in enumerate(actors)]
     router = Router({})
     for s in units:
         router.add(s.name, UnitEngine(s.actor, 0))
     trainer = TrainGroup(cfg, tmp_path)
-    trainer.version = 3  # a step has trained version 3
+    if trainers:
+        trainer.members = [UnitSlot(9, trainers[0], "train", "train", procs=list(trainers))]
+    trainer.version = 3
     return Loop(
         RunPlan.of(cfg),
         policy=policy_for(cfg.scheduler, len(units)),
@@ -72,7 +79,7 @@ def test_a_refused_publish_fails_the_step_and_no_version_is_recorded(
     ray_cluster: None, tmp_path: Path
 ) -> None:
     good, bad = Unit.remote(False), Unit.remote(True)
-    loop = _loop(tmp_path, [good, bad])
+    loop = loop_over(tmp_path, [good, bad])
     before = loop.published
     with pytest.raises(PublishError, match=r"unit-1.*the update failed"):
         asyncio.run(loop._publish())
@@ -87,7 +94,7 @@ def test_a_unit_that_died_leaves_the_pool_and_the_others_are_published(
 ) -> None:
     good, lost = Unit.remote(False), Unit.remote(False)
     ray.kill(lost)
-    loop = _loop(tmp_path, [good, lost])
+    loop = loop_over(tmp_path, [good, lost])
     asyncio.run(loop._publish())
     assert loop.published == 3
     assert loop.units[1].dead and "unit-1" not in loop.router.live()
