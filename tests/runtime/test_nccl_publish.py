@@ -8,9 +8,6 @@ gloo in tests/rollout/test_nccl_sync.py; NCCL itself needs CUDA)."""
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +25,7 @@ from gyre_core.runtime.loop import Loop, PublishError
 from gyre_core.runtime.ray_backend import UnitEngine
 from tests.runtime.conftest import tiny_job
 from tests.runtime.test_publish import loop_over
+from tests.runtime.update_server import UpdateServer
 
 UID = bytes(range(128))
 PLAN = Plan(((("a.weight", "bfloat16", (2, 2)),), (("b.weight", "bfloat16", (4,)),))).to_wire()
@@ -124,39 +122,6 @@ def test_a_failed_send_fails_the_step(ray_cluster: None, tmp_path: Path) -> None
     assert loop.published == 2
 
 
-class _Server:
-    """A server's update routes that record what a unit posts and report the version it
-    was tagged with last."""
-
-    def __init__(self) -> None:
-        posts: list[tuple[str, Any]] = []
-        self.posts = posts
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _reply(self, data: object) -> None:
-                raw = json.dumps(data).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def do_GET(self) -> None:
-                tagged = [b["new_version"] for p, b in posts if p == "/update_weight_version"]
-                self._reply({"weight_version": tagged[-1] if tagged else "0"})
-
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                posts.append((self.path.split("?")[0], json.loads(raw) if raw else None))
-                self._reply({})
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-
 def test_under_nccl_a_unit_s_own_publish_reloads_from_disk(tmp_path: Path) -> None:
     """A server that starts or wakes under ``nccl`` has vLLM's nccl receiver, not the IPC
     one or Gyre's bucket extension: its own publish writes a folder and reloads it."""
@@ -165,7 +130,7 @@ def test_under_nccl_a_unit_s_own_publish_reloads_from_disk(tmp_path: Path) -> No
     (base / "config.json").write_text("{}")
     unit = VLLMUnit(0, base, tmp_path / "work", VLLMSettings(weight_sync="nccl"))
     assert not unit.streams  # the unit's actor joins the buckets into one state
-    server = _Server()
+    server = UpdateServer()
     try:
         unit.engine = VLLMEngine(server.url, version=1)
         asyncio.run(unit.publish({"w": torch.ones(2, 2)}, 2))
@@ -174,7 +139,7 @@ def test_under_nccl_a_unit_s_own_publish_reloads_from_disk(tmp_path: Path) -> No
         assert rpcs == [{"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}]
         assert (folder / "model.safetensors").is_file() and unit.engine.version == 2
     finally:
-        server.httpd.shutdown()
+        server.close()
 
 
 def test_nccl_is_refused_for_an_engine_without_vllm_s_receiver(tmp_path: Path) -> None:

@@ -6,10 +6,7 @@ route puts in Ray's store: the served dtype, a tied weight once."""
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +26,7 @@ from gyre_core.runtime.train_group import TrainGroup
 from gyre_core.scheduler.policies import policy_for
 from gyre_core.train.weight_out import gather_buckets
 from tests.runtime.conftest import tiny_job
+from tests.runtime.update_server import UpdateServer
 
 
 @ray.remote(num_cpus=0)
@@ -102,36 +100,8 @@ def test_a_unit_that_died_leaves_the_pool_and_the_others_are_published(
     assert isinstance(engine, UnitEngine) and engine.version == 3
 
 
-class _StaleServer:
-    """The routes of an update, on a server whose weights stay at version ``"1"`` (as one
-    that restarted, or took the update elsewhere, would report)."""
-
-    def __init__(self) -> None:
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _reply(self, data: object) -> None:
-                raw = json.dumps(data).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def do_GET(self) -> None:
-                self._reply({"weight_version": "1"})
-
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                self._reply({})
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-
 def test_an_engine_reporting_another_version_after_an_update_is_an_error() -> None:
-    server = _StaleServer()
+    server = UpdateServer(serves="1")  # its weights stay at version 1
     try:
         engine = VLLMEngine(server.url, version=1)
 
@@ -142,7 +112,7 @@ def test_an_engine_reporting_another_version_after_an_update_is_an_error() -> No
             asyncio.run(engine.update_weights(load, 2))
         assert engine.version == 1  # later tokens keep the version the server holds
     finally:
-        server.httpd.shutdown()
+        server.close()
 
 
 def test_the_object_store_route_carries_the_served_dtype_and_a_tied_weight_once(
