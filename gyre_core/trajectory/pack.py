@@ -140,7 +140,7 @@ def materialise(pieces: list[Piece]) -> PackedSample:
         length = b - a
         par = np.arange(n - 1, n + length - 1, dtype=np.int64)
         par[0] = parent_idx
-        tr = node.generated[a:b].copy() if trainable else np.zeros(length, dtype=bool)
+        tr = node.generated[a:b] & node.taken[a:b] if trainable else np.zeros(length, dtype=bool)
         cols["ids"].append(node.tokens[a:b].astype(np.int64))
         cols["pos"].append(np.arange(node.start + a, node.start + b, dtype=np.int64))
         cols["par"].append(par)

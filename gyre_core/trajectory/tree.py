@@ -40,6 +40,7 @@ class Node:
         "opener",
         "parent",
         "start",
+        "taken",
         "tokens",
         "version",
         "weight",
@@ -59,6 +60,9 @@ class Node:
         self.logprob = np.zeros(n, dtype=np.float64)
         self.version = np.full(n, -1, dtype=np.int64)
         self.weight = np.zeros(n, dtype=np.float64)  # loss weight, set by rewards.assign_weights
+        # which generated positions a step trains: all of them unless path sampling
+        # (train.max_paths) left some out; untaken positions stay in the tree as context
+        self.taken = np.ones(n, dtype=bool)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -79,6 +83,7 @@ class Node:
         upper.logprob, self.logprob = self.logprob[:k], self.logprob[k:]
         upper.version, self.version = self.version[:k], self.version[k:]
         upper.weight, self.weight = self.weight[:k], self.weight[k:]
+        upper.taken, self.taken = self.taken[:k], self.taken[k:]
         upper.start, upper.parent, upper.opener = self.start, self.parent, self.opener
         upper.ends = []
         upper.children = {int(self.tokens[0]): self}
