@@ -198,13 +198,13 @@ def test_config_show_lists_the_loss_with_its_choices() -> None:
     out = gyre("config", "show", "--format", "schema")
     assert out.returncode == 0
     loss = json.loads(out.stdout)["train.loss"]
-    assert loss["choices"] == ["ppo", "decoupled", "pg"] and loss["default"] == "ppo"
+    assert loss["choices"] == ["ppo", "decoupled", "pg", "gspo"] and loss["default"] == "ppo"
     shown = gyre("config", "show").stdout  # the YAML names each field's choices
-    assert "  loss: ppo  # ppo | decoupled | pg\n  ratio_cap: 0.0\n" in shown
+    assert "  loss: ppo  # ppo | decoupled | pg | gspo\n  ratio_cap: 0.0\n" in shown
     assert "  policy: elastic  # colocate | async | elastic\n" in shown
     assert RunConfig.from_dict(yaml.safe_load(shown)) == RunConfig()  # it loads as it was
     assert RunConfig.from_dict({"train": {"loss": "pg"}}).train.loss == "pg"
-    with pytest.raises(ConfigError, match=r"train\.loss: must be one of ppo, decoupled, pg"):
+    with pytest.raises(ConfigError, match=r"train\.loss: must be one of ppo, decoupled, pg, gspo"):
         RunConfig.from_dict({"train": {"loss": "dpo"}})
 
 

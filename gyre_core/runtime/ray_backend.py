@@ -234,7 +234,7 @@ class UnitActor:
         return await asyncio.to_thread(self.member.leave, offload, version)
 
     async def train_step(
-        self, mine: list[Any], rounds: int, total: int, version: int
+        self, mine: list[Any], rounds: int, total: float, version: int
     ) -> dict[str, float]:
         return await asyncio.to_thread(self._member().step, mine, rounds, total, version)
 

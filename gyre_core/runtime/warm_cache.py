@@ -37,7 +37,10 @@ _CODE = (
 )
 # Train fields the warm start never reads (supervised steps have no advantages, no policy
 # loss), and warm_start fields that only act after it.
-_AFTER = ("advantage_mode", "normalise_std", "behaviour", "loss", "ratio_cap")
+_AFTER = (
+    "advantage_mode", "normalise_std", "average", "behaviour", "loss", "ratio_cap",
+    "gspo_token_cap", "gspo_clip_low", "gspo_clip_high",
+)  # fmt: skip
 _WARM_AFTER = ("cache", "fresh_optimizer")
 _MODEL_FILES = ("model.safetensors", "tokenizer.json", "config.json")
 STATE_DIR = "state"  # an entry's trainer state: a sharded checkpoint (train/sharded.py)

@@ -9,7 +9,7 @@ from typing import Any
 
 from gyre_core.config_fields import config_field
 from gyre_core.train.loss_registry import LOSSES
-from gyre_core.trajectory.rewards import ADVANTAGE_MODES, Weighting
+from gyre_core.trajectory.rewards import ADVANTAGE_MODES, AVERAGES, Weighting
 
 # fp32: the model's own dtype throughout. bf16: float32 master weights, bfloat16 parameters
 # and compute, float32 gradient reduction and optimizer state (FSDP2's mixed precision).
@@ -32,11 +32,20 @@ class TrainConfig:
         choices=ADVANTAGE_MODES,
     )
     normalise_std: bool = config_field(False, "divide group advantages by the group's reward std")
+    average: str = config_field(
+        "token",
+        "how the loss averages over a batch's trained tokens: one mean over all of them "
+        "(token), or a mean within each rollout, then the mean of those over the batch's "
+        "rollouts (execution_then_batch: a long rollout weighs no more than a short "
+        "one); set by the run's owner",
+        choices=AVERAGES,
+    )
     loss: str = config_field(
         "ppo",
         "policy loss: ppo (the importance-weighted, clipped PPO objective), decoupled (the "
-        "staleness weight apart from the clip, taken against the current weights) or pg "
-        "(the plain policy gradient -A * logp: no ratio, no clip)",
+        "staleness weight apart from the clip, taken against the current weights), pg "
+        "(the plain policy gradient -A * logp: no ratio, no clip) or gspo (one importance "
+        "ratio per rollout and sample, clipped: train.gspo_*)",
         choices=LOSSES,
     )
     ratio_cap: float = config_field(
@@ -45,6 +54,21 @@ class TrainConfig:
         "token's, dual-clip; decoupled: every token's staleness weight); above "
         "1 + train.clip_high (0 = off)",
         min=0.0,
+    )
+    gspo_token_cap: float = config_field(
+        5.0,
+        "loss gspo only: each token's importance ratio is capped at this before the "
+        "sequence's geometric mean is taken; set by the run's owner",
+        min=1.0,
+    )
+    gspo_clip_low: float = config_field(
+        0.005,
+        "loss gspo only: the sequence ratio's clip below 1; set by the run's owner",
+        min=0.0,
+        max=1.0,
+    )
+    gspo_clip_high: float = config_field(
+        0.005, "loss gspo only: the sequence ratio's clip above 1; set by the run's owner", min=0.0
     )
     behaviour: str = config_field(
         "recorded",
@@ -87,7 +111,7 @@ class TrainConfig:
     @property
     def weighting(self) -> Weighting:
         """How the trainer turns rewards into token weights (the tree browser's too)."""
-        return Weighting(self.advantage_mode, self.normalise_std)
+        return Weighting(self.advantage_mode, self.normalise_std, self.average)
 
 
 def recorded_settings(settings: dict[str, Any]) -> dict[str, Any]:

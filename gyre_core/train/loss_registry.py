@@ -1,7 +1,8 @@
 """The loss registry, torch-free: ``train.loss`` takes its choices from it and
-``gyre_core.config`` imports no torch. The built-in losses (``ppo``, ``decoupled``, ``pg``)
-are defined in :mod:`gyre_core.train.losses`; each entry here imports that module at its
-first call (:func:`gyre_core.train.losses.get_loss` hands the trainer the function itself).
+``gyre_core.config`` imports no torch. The built-in losses (``ppo``, ``decoupled``, ``pg``,
+``gspo``) are defined in :mod:`gyre_core.train.losses`; each entry here imports that module
+at its first call (:func:`gyre_core.train.losses.get_loss` hands the trainer the function
+itself).
 ``register_loss`` adds another loss, which the config then accepts by name."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 LossFn = Callable[["TokenBatch", "LossSettings"], tuple["torch.Tensor", "torch.Tensor"]]
 LOSSES: Registry[LossFn] = Registry("loss")
 register_loss = LOSSES.register
-BUILTIN_LOSSES = ("ppo", "decoupled", "pg")  # the default first
+BUILTIN_LOSSES = ("ppo", "decoupled", "pg", "gspo")  # the default first
 
 
 def _builtin(name: str) -> LossFn:

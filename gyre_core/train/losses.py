@@ -24,7 +24,10 @@ The KL penalty to a frozen reference uses the ``k3`` estimator
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -34,16 +37,29 @@ from gyre_core.train.loss_registry import LossFn as LossFn
 from gyre_core.train.loss_registry import register_loss as register_loss
 from gyre_core.trajectory.sample import PackedSample
 
+if TYPE_CHECKING:
+    from gyre_core.train.config import TrainConfig
+
 
 @dataclass(frozen=True, slots=True)
 class LossSettings:
     """What a loss reads of the trainer's settings (``train.clip_low``, ``train.clip_high``,
-    ``train.ratio_cap``, 0 there being None here, ``train.kl_coef``)."""
+    ``train.ratio_cap``, 0 there being None here, ``train.kl_coef``, ``train.gspo_*``)."""
 
     clip_low: float
     clip_high: float
     ratio_cap: float | None
     kl_coef: float
+    gspo_token_cap: float = 5.0
+    gspo_clip_low: float = 0.005
+    gspo_clip_high: float = 0.005
+
+    @classmethod
+    def of(cls, c: TrainConfig) -> LossSettings:
+        return cls(
+            c.clip_low, c.clip_high, c.ratio_cap or None, c.kl_coef,
+            c.gspo_token_cap, c.gspo_clip_low, c.gspo_clip_high,
+        )  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -54,6 +70,11 @@ class TokenBatch:
     behaviour: torch.Tensor  # log-probs recorded at generation
     advantage: torch.Tensor
     ref_logp: torch.Tensor | None = None  # frozen reference model's log-probs
+    # which sequence (0..k-1) each token is of: one rollout's tokens in this sample
+    # (PackedSample.sequences); None: all one sequence
+    sequence: torch.Tensor | None = None
+    # train.average's per-token factor (PackedSample.scale); None: 1 everywhere
+    scale: torch.Tensor | None = None
 
 
 def ppo_loss(batch: TokenBatch, s: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,7 +115,43 @@ def pg_loss(batch: TokenBatch, s: LossSettings) -> tuple[torch.Tensor, torch.Ten
     return -batch.advantage * batch.logp, torch.zeros_like(batch.logp, dtype=torch.bool)
 
 
-BUILTIN: dict[str, LossFn] = {"ppo": ppo_loss, "decoupled": decoupled_ppo_loss, "pg": pg_loss}
+def gspo_loss(batch: TokenBatch, s: LossSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """GSPO (Zheng et al. 2025, arXiv 2507.18071), its GSPO-token form, with a token cap.
+
+    A sequence ``i`` is one rollout's trained tokens in this sample (``batch.sequence``;
+    a rollout split over several samples gets one ratio per sample). Its ratio is the
+    geometric mean of its tokens' importance ratios, each capped at ``gspo_token_cap``:
+    ``s_i = exp(mean_{t in i} min(logp_t - behaviour_t, log(gspo_token_cap)))``, detached.
+    Per token ``r_t = s_i * exp(logp_t - sg(logp_t))`` (value ``s_i``, gradient
+    ``s_i * grad logp_t``), and the objective is PPO's clipped one on it:
+    ``min(r_t * A_t, clip(r_t, 1 - gspo_clip_low, 1 + gspo_clip_high) * A_t)``. The ratio
+    depends on the sequence only, so a clip that binds makes every token of the sequence
+    inert. Averaging is the caller's (``train.average``: ``execution_then_batch`` gives the
+    paper's per-sequence mean, then the mean over sequences)."""
+    adv = batch.advantage
+    seq = batch.sequence
+    if seq is None:
+        seq = torch.zeros_like(adv, dtype=torch.long)
+    k = int(seq.max()) + 1 if len(seq) else 0
+    with torch.no_grad():
+        log_ratio = (batch.logp - batch.behaviour).clamp(max=math.log(s.gspo_token_cap))
+        sums = torch.zeros(k, dtype=log_ratio.dtype, device=log_ratio.device)
+        sums.index_add_(0, seq, log_ratio)
+        count = torch.bincount(seq, minlength=k).clamp(min=1).to(log_ratio.dtype)
+        seq_ratio = torch.exp(sums / count)[seq]
+    ratio = seq_ratio * torch.exp(batch.logp - batch.logp.detach())
+    clipped_ratio = ratio.clamp(1.0 - s.gspo_clip_low, 1.0 + s.gspo_clip_high)
+    objective = torch.minimum(ratio * adv, clipped_ratio * adv)
+    clipped = (clipped_ratio * adv < ratio * adv).detach()
+    return -objective, clipped
+
+
+BUILTIN: dict[str, LossFn] = {
+    "ppo": ppo_loss,
+    "decoupled": decoupled_ppo_loss,
+    "pg": pg_loss,
+    "gspo": gspo_loss,
+}
 
 
 def get_loss(name: str) -> LossFn:
@@ -127,9 +184,19 @@ def fresh_mask(
     return sample.trainable & ~stale, int(stale.sum())
 
 
-def count_fresh(samples: list[PackedSample], current_version: int, staleness_bound: int) -> int:
-    """Tokens a batch will train: the normaliser that makes the loss a per-token mean."""
-    return sum(int(fresh_mask(s, current_version, staleness_bound)[0].sum()) for s in samples)
+def count_fresh(
+    samples: Sequence[PackedSample], current_version: int, staleness_bound: int
+) -> float:
+    """The sum of ``scale`` over the tokens a batch will train: the normaliser that makes
+    the loss a mean (``train.average``: with ``token`` the scales are 1 and this is the
+    count of fresh tokens, a per-token mean; with ``execution_then_batch`` it is the number
+    of rollouts trained, a mean of per-rollout means)."""
+    return float(
+        sum(
+            float(s.scale[fresh_mask(s, current_version, staleness_bound)[0]].sum())
+            for s in samples
+        )
+    )
 
 
 @dataclass(slots=True)
@@ -138,8 +205,9 @@ class LossStats:
 
     Sums (not means) so that shards and samples add up in any order or grouping."""
 
-    objective: float = 0.0  # sum of the per-token objective (before normalising)
-    kl: float = 0.0
+    objective: float = 0.0  # sum of the per-token objective times scale (before normalising)
+    kl: float = 0.0  # sum of the per-token KL times scale
+    scale: float = 0.0  # sum of the scales: the loss's normaliser (tokens, with average token)
     entropy: float = 0.0
     clipped: float = 0.0
     ratio: float = 0.0
@@ -153,14 +221,17 @@ class LossStats:
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     def summary(self, kl_coef: float) -> dict[str, float]:
-        n = self.tokens
+        n, w = self.tokens, self.scale
 
         def mean(x: float) -> float:
             return x / n if n else float("nan")
 
+        def average(x: float) -> float:  # as the loss averages (train.average)
+            return x / w if w else float("nan")
+
         return {
-            "loss": mean(self.objective + kl_coef * self.kl),
-            "kl": mean(self.kl),
+            "loss": average(self.objective + kl_coef * self.kl),
+            "kl": average(self.kl),
             "entropy": mean(self.entropy),
             "clip_fraction": mean(self.clipped),
             "ratio_mean": mean(self.ratio),
@@ -177,17 +248,21 @@ def combine_loss(
     settings: LossSettings,
     normalise: float,
 ) -> tuple[torch.Tensor, LossStats]:
-    """The sample's share of the batch loss, ``sum(objective + kl_coef * kl) / normalise``,
-    and its detached stats (entropy and staleness are filled in by the caller)."""
+    """The sample's share of the batch loss,
+    ``sum(scale * (objective + kl_coef * kl)) / normalise`` (``scale``: ``batch.scale``, 1
+    when None), and its detached stats (entropy and staleness are filled in by the caller)."""
     if not normalise > 0:
         raise ValueError(f"normalise must be positive, got {normalise}")
     if not bool(torch.isfinite(batch.behaviour).all()):
         raise ValueError("a trained token has no behaviour log-prob (nan or inf)")
     per_token, clipped = fn(batch, settings)
+    if batch.scale is not None:
+        per_token = per_token * batch.scale
     total = per_token.sum()
     kl = torch.zeros((), dtype=per_token.dtype, device=per_token.device)
     if batch.ref_logp is not None:
-        kl = k3_kl(batch.logp, batch.ref_logp).sum()
+        kl_t = k3_kl(batch.logp, batch.ref_logp)
+        kl = (kl_t if batch.scale is None else kl_t * batch.scale).sum()
         if settings.kl_coef:
             total = total + settings.kl_coef * kl
     with torch.no_grad():
@@ -198,6 +273,7 @@ def combine_loss(
             clipped=float(clipped.sum()),
             ratio=float(ratio.sum()),
             tokens=float(len(batch.logp)),
+            scale=float(len(batch.logp)) if batch.scale is None else float(batch.scale.sum()),
             samples=1.0,
         )
     return total / normalise, stats

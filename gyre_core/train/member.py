@@ -242,7 +242,7 @@ class TrainMember:
     # ------------------------------------------------------------------ work
 
     def step(
-        self, mine: list[PackedSample], rounds: int, total: int, version: int
+        self, mine: list[PackedSample], rounds: int, total: float, version: int
     ) -> dict[str, float]:
         return self._trainer().step_shard(mine, rounds, total, version)
 

@@ -12,7 +12,7 @@ A step splits the batch's packed samples over all processes (``shard_by_tokens``
 process accumulates the gradients of its samples without communication (every process runs
 as many microbatches as the busiest, padding with a probe weighted 0), and the last
 microbatch's backward reduces them; every process's loss is normalised by the *global*
-count of fresh tokens, so a step's update does not depend on the width (the processes and
+count of fresh tokens (the sum of their ``scale``: ``losses.count_fresh``), so a step's update does not depend on the width (the processes and
 units taking part), up to the order of floating-point sums.
 """
 
@@ -120,9 +120,9 @@ class ShardedTrainer:
         return self.step_shard(shards[self.rank], max(len(x) for x in shards), total, cv)
 
     def step_shard(
-        self, mine: Sequence[PackedSample], rounds: int, total: int, current_version: int
+        self, mine: Sequence[PackedSample], rounds: int, total: float, current_version: int
     ) -> dict[str, float]:
-        """This process's part of a step whose batch (``total`` fresh tokens) was split
+        """This process's part of a step whose batch (``total``: its ``count_fresh``) was split
         over the processes: ``mine`` are its samples, ``rounds`` the most any process got.
         Every process calls it (a collective); the metrics are the whole step's."""
         t = self.trainer

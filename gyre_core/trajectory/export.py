@@ -1,8 +1,8 @@
 """What the tree browser shows of a trajectory tree, made in one place for every caller.
 
 A run's tree is weighed as its trainer weighs it (``gyre_core.config.run_weighting`` reads
-the run's ``train.advantage_mode`` and ``train.normalise_std``; ``Weighting`` is what the
-trainer's config hands its ``weigh``). ``export_group`` builds a group's tree once and turns it into
+the run's ``train.advantage_mode``, ``train.normalise_std`` and ``train.average``;
+``Weighting`` is what the trainer's config hands its ``weigh``). ``export_group`` builds a group's tree once and turns it into
 node specs; given one training step's batch, it is the tree that step's trainer weighed
 (the trainer weighs each step's batch on its own, so a group split across two steps has a
 tree per part); ``node_tokens`` finds a node of that same tree by its path key and lists its
@@ -175,8 +175,9 @@ def node_tokens(
 ) -> dict[str, Any] | None:
     """The tokens of the node at ``key`` as parallel lists, at most ``limit`` of them
     (``truncated`` says when cut): ids, ``generated``, and where generated its
-    log-probability, policy version and advantage (loss weight), else None; plus the
-    node's ``advantage``. None when the tree has no node there with that token span (the
+    log-probability, policy version, advantage (loss weight) and scale (``train.average``'s
+    factor: the token's loss counts ``advantage`` times ``scale``, as the trainer counts
+    it, with every token fresh), else None; plus the node's ``advantage``. None when the tree has no node there with that token span (the
     rows were made from another tree)."""
     node = node_at(tree, key)
     if node is None or (node.start, node.end) != span:
@@ -194,6 +195,7 @@ def node_tokens(
         "logprobs": where(round(float(x), 6) for x in node.logprob[:n]),
         "versions": where(int(v) for v in node.version[:n]),
         "advantages": where(round(float(w), 6) for w in node.weight[:n]),
+        "scales": where(round(float(x), 9) for x in node.scale[:n]),
         "advantage": node_advantage(node),
     }
 

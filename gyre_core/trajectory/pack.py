@@ -130,7 +130,7 @@ def materialise(pieces: list[Piece]) -> PackedSample:
     """Lay pieces out one after another: each one's context path, then its range."""
     group_ids: list[str] = []
     cols: dict[str, list[npt.NDArray[np.generic]]] = {
-        k: [] for k in ("ids", "pos", "par", "tr", "w", "lp", "v", "g")
+        k: [] for k in ("ids", "pos", "par", "tr", "w", "lp", "v", "g", "s", "r")
     }
     n = 0
 
@@ -149,6 +149,8 @@ def materialise(pieces: list[Piece]) -> PackedSample:
         cols["lp"].append(np.where(tr, node.logprob[a:b], np.nan))
         cols["v"].append(np.where(tr, node.version[a:b], -1))
         cols["g"].append(np.full(length, g, dtype=np.int32))
+        cols["s"].append(np.where(tr, node.scale[a:b], 1.0))
+        cols["r"].append(np.where(tr, node.owner[a:b], -1))
         n += length
         return n - 1
 
@@ -189,6 +191,8 @@ def materialise(pieces: list[Piece]) -> PackedSample:
         advantage=np.concatenate(cols["w"]).astype(np.float64),
         logprob=np.concatenate(cols["lp"]).astype(np.float64),
         version=np.concatenate(cols["v"]).astype(np.int64),
+        scale=np.concatenate(cols["s"]).astype(np.float64),
+        rollout=np.concatenate(cols["r"]).astype(np.int64),
     )
 
 

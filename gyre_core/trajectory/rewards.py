@@ -21,7 +21,7 @@ Loss weight of a generated position ``p``, over the rollouts ``R(p)`` that gener
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,6 +86,27 @@ def _per_path(tree: PrefixTree) -> NodeWeight:
     return lambda node, rs, adv: float(sum(adv[r] * through[node][r] for r in rs))
 
 
+def generation_spans(tree: PrefixTree) -> Iterator[tuple[Node, int, int, list[int]]]:
+    """Every span ``[a, b)`` of a node that the same rollouts generated, with those
+    rollouts (sorted): a call generates every position of its path at depth >= its prompt
+    length. Positions of no call's completion are in no span."""
+    # Walk up from each call's end over its completion only (linear).
+    starts: dict[Node, list[tuple[int, int]]] = defaultdict(list)
+    for c in tree.calls:
+        n: Node | None = c.node
+        while n is not None and n is not tree.root and n.end > c.prompt_len:
+            starts[n].append((max(0, c.prompt_len - n.start), c.rollout))
+            n = n.parent
+    for node, events in starts.items():
+        events.sort()
+        seen: set[int] = set()
+        for j, (off, r) in enumerate(events):
+            seen.add(r)
+            nxt = events[j + 1][0] if j + 1 < len(events) else len(node)
+            if nxt > off:  # else more rollouts start at this same offset
+                yield node, off, nxt, sorted(seen)
+
+
 def assign_weights(
     tree: PrefixTree,
     *,
@@ -102,53 +123,82 @@ def assign_weights(
             [r.reward for r in tree.rollouts], normalise_std=normalise_std
         )
     adv = np.asarray(advantages, dtype=np.float64)
-
-    # Who generated what: a call generates every position of its path at depth >= its
-    # prompt length. Walk up from each call's end over its completion only (linear).
-    starts: dict[Node, list[tuple[int, int]]] = defaultdict(list)
-    for c in tree.calls:
-        n: Node | None = c.node
-        while n is not None and n is not tree.root and n.end > c.prompt_len:
-            starts[n].append((max(0, c.prompt_len - n.start), c.rollout))
-            n = n.parent
-
     for node in tree.nodes():
         node.weight[:] = 0.0
-        events = sorted(starts.get(node, ()))
-        seen: set[int] = set()
-        for j, (off, r) in enumerate(events):
-            seen.add(r)
-            nxt = events[j + 1][0] if j + 1 < len(events) else len(node)
-            if nxt == off:
-                continue  # more rollouts start at this same offset
-            node.weight[off:nxt] = weigh(node, sorted(seen), adv)
+        node.owner[:] = -1
+    for node, a, b, rs in generation_spans(tree):
+        node.weight[a:b] = weigh(node, rs, adv)
+        node.owner[a:b] = rs[0]
+    for node in tree.nodes():
         node.weight[~node.generated] = 0.0
+        node.owner[~node.generated] = -1
     return [float(a) for a in adv]
+
+
+AVERAGES = ("token", "execution_then_batch")  # train.average, the default first
+
+
+def set_scale(tree: PrefixTree, average: str, fresh_from: int | None = None) -> None:
+    """Set ``node.scale`` for ``train.average``: 1 everywhere for ``token``; for
+    ``execution_then_batch``, at a position the rollouts ``R(p)`` generated,
+    ``sum(1 / n_r for r in R(p))`` where ``n_r`` counts the positions ``r`` generated that a
+    step trains (``generated & taken``, of version >= ``fresh_from``; None: every version).
+    The scales of the trained positions then sum to the number of rollouts with a trained
+    position, so dividing the scaled loss by that sum averages per rollout, then over them.
+    Call it after anything that changes ``taken``."""
+    if average not in AVERAGES:
+        raise ValueError(f"average must be one of {', '.join(AVERAGES)}, got {average!r}")
+    for node in tree.nodes():
+        node.scale[:] = 1.0
+    if average == "token":
+        return
+    spans = list(generation_spans(tree))
+    trained = np.zeros(len(tree.rollouts), dtype=np.float64)
+    for node, a, b, rs in spans:
+        keep = node.generated[a:b] & node.taken[a:b]
+        if fresh_from is not None:
+            keep &= node.version[a:b] >= fresh_from
+        trained[rs] += int(keep.sum())
+    inverse = np.divide(1.0, trained, out=np.zeros_like(trained), where=trained > 0)
+    for node, a, b, rs in spans:
+        node.scale[a:b] = float(inverse[rs].sum())
 
 
 @dataclass(frozen=True, slots=True)
 class Weighting:
-    """How rewards become loss weights: the advantage mode and the std normalisation (a
-    run's are ``train.advantage_mode`` and ``train.normalise_std``, ``TrainConfig.weighting``).
-    The trainer weighs its trees with its config's ``weighting``, and the tree browser shows a
-    run's trees weighed with the same (``gyre_core.config.run_weighting``)."""
+    """How rewards become loss weights: the advantage mode, the std normalisation and the
+    average (a run's are ``train.advantage_mode``, ``train.normalise_std`` and
+    ``train.average``, ``TrainConfig.weighting``). The trainer weighs its trees with its
+    config's ``weighting``, and the tree browser shows a run's trees weighed with the same
+    (``gyre_core.config.run_weighting``)."""
 
     mode: str  # a name in ADVANTAGE_MODES
     normalise_std: bool
+    average: str = "token"  # a name in AVERAGES
 
     def __post_init__(self) -> None:
         ADVANTAGE_MODES.lookup(self.mode)
+        if self.average not in AVERAGES:
+            raise ValueError(f"average must be one of {', '.join(AVERAGES)}, not {self.average!r}")
 
     def apply(self, tree: PrefixTree) -> list[float]:
         """``assign_weights`` with this mode and normalisation -> the rollouts' advantages."""
         return assign_weights(tree, mode=self.mode, normalise_std=self.normalise_std)
 
     def trees(self, rollouts: Iterable[Rollout]) -> dict[str, PrefixTree]:
-        """One tree per group (``build_trees``), its loss weights set."""
+        """One tree per group (``build_trees``), its loss weights and scales set (every
+        token counted fresh: the trainer sets the scales again, see ``scale``)."""
         trees = build_trees(rollouts)
         for tree in trees.values():
             self.apply(tree)
+            set_scale(tree, self.average)
         return trees
+
+    def scale(self, trees: Iterable[PrefixTree], fresh_from: int | None = None) -> None:
+        """``set_scale`` of every tree with this average, counting as trained only tokens
+        of version >= ``fresh_from``."""
+        for tree in trees:
+            set_scale(tree, self.average, fresh_from)
 
 
 def _branches_through(tree: PrefixTree) -> dict[Node, dict[int, int]]:

@@ -8,11 +8,14 @@ layout is preorder, every token's descendants occupy the contiguous index range
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+_UNSET_F = np.empty(0, dtype=np.float64)  # PackedSample.scale not given
+_UNSET_I = np.empty(0, dtype=np.int64)  # PackedSample.rollout not given
 
 
 @dataclass(slots=True)
@@ -26,9 +29,28 @@ class PackedSample:
     advantage: npt.NDArray[np.float64]  # loss weight; 0 where not trainable
     logprob: npt.NDArray[np.float64]  # behaviour log-prob; nan where not trainable
     version: npt.NDArray[np.int64]  # policy version that generated it; -1 where not trainable
+    # train.average's factor of the token's loss (rewards.set_scale); not given: 1
+    scale: npt.NDArray[np.float64] = field(default_factory=lambda: _UNSET_F)
+    # index in its group's rollouts of the (lowest-indexed) rollout that generated it;
+    # -1 where not trainable or unknown (not given: -1 everywhere)
+    rollout: npt.NDArray[np.int64] = field(default_factory=lambda: _UNSET_I)
+
+    def __post_init__(self) -> None:
+        if self.scale is _UNSET_F:
+            self.scale = np.ones(len(self.input_ids), dtype=np.float64)
+        if self.rollout is _UNSET_I:
+            self.rollout = np.full(len(self.input_ids), -1, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.input_ids)
+
+    def sequences(self, index: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """For the tokens at ``index``, which sequence each is of, numbered 0.. in order of
+        first appearance: a sequence is one rollout of one group (a GSPO sequence)."""
+        pairs = np.stack([self.group[index].astype(np.int64), self.rollout[index]], axis=1)
+        _, first, inverse = np.unique(pairs, axis=0, return_index=True, return_inverse=True)
+        rank = np.argsort(np.argsort(first))  # number sequences by first appearance
+        return rank[inverse.reshape(-1)].astype(np.int64)
 
     @property
     def subtree_end(self) -> npt.NDArray[np.int64]:
@@ -47,7 +69,19 @@ class PackedSample:
             ],
             "logprob": [x if k else None for x, k in zip(self.logprob.tolist(), t, strict=True)],
             "version": [v if k else None for v, k in zip(self.version.tolist(), t, strict=True)],
+            **self._extra_json(),
         }
+
+    def _extra_json(self) -> dict[str, Any]:
+        """``scale`` and ``rollout`` where they say something (a file without them reads
+        as scale 1 and rollout unknown, as files written before them do)."""
+        t = self.trainable
+        out: dict[str, Any] = {}
+        if not np.all(self.scale[t] == 1.0):
+            out["scale"] = [x if k else 1.0 for x, k in zip(self.scale.tolist(), t, strict=True)]
+        if np.any(self.rollout[t] >= 0):
+            out["rollout"] = [r if k else -1 for r, k in zip(self.rollout.tolist(), t, strict=True)]
+        return out
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> PackedSample:
@@ -65,6 +99,8 @@ class PackedSample:
             advantage=np.asarray(obj["advantage"], dtype=np.float64),
             logprob=logprob,
             version=version,
+            scale=np.asarray(obj.get("scale", ()) or np.ones(len(parent)), dtype=np.float64),
+            rollout=np.asarray(obj.get("rollout", ()) or np.full(len(parent), -1), dtype=np.int64),
         )
 
 

@@ -38,7 +38,9 @@ class Node:
         "generated",
         "logprob",
         "opener",
+        "owner",
         "parent",
+        "scale",
         "start",
         "taken",
         "tokens",
@@ -63,6 +65,12 @@ class Node:
         # which generated positions a step trains: all of them unless path sampling
         # (train.max_paths) left some out; untaken positions stay in the tree as context
         self.taken = np.ones(n, dtype=bool)
+        # the lowest index of the rollouts that generated a position (-1: none), set by
+        # rewards.assign_weights; a GSPO sequence is one rollout's tokens in a sample
+        self.owner = np.full(n, -1, dtype=np.int64)
+        # the loss's per-token factor of train.average (1: token; execution_then_batch:
+        # the sum over its rollouts r of 1 / r's trained tokens), set by trajectory.average
+        self.scale = np.ones(n, dtype=np.float64)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -84,6 +92,8 @@ class Node:
         upper.version, self.version = self.version[:k], self.version[k:]
         upper.weight, self.weight = self.weight[:k], self.weight[k:]
         upper.taken, self.taken = self.taken[:k], self.taken[k:]
+        upper.owner, self.owner = self.owner[:k], self.owner[k:]
+        upper.scale, self.scale = self.scale[:k], self.scale[k:]
         upper.start, upper.parent, upper.opener = self.start, self.parent, self.opener
         upper.ends = []
         upper.children = {int(self.tokens[0]): self}

@@ -226,9 +226,10 @@ def test_a_few_steps_raise_the_rewarded_tokens_probability() -> None:
 
 
 @pytest.mark.slow
-def test_dp_width_does_not_change_the_step(float64_exact: None) -> None:
+@pytest.mark.parametrize("average", ["token", "execution_then_batch"])
+def test_dp_width_does_not_change_the_step(average: str, float64_exact: None) -> None:
     rollouts = list(synth_rollouts(SYNTH))
-    cfg = TrainConfig(lr=1e-3, max_tokens=100, clip_high=0.28, ratio_cap=4.0)
+    cfg = TrainConfig(lr=1e-3, max_tokens=100, clip_high=0.28, ratio_cap=4.0, average=average)
     runs = {}
     for width in (1, 3):
         trainer = make_trainer(tiny_model(torch.float64), cfg, version=2)

@@ -3,6 +3,7 @@ the importance-weight cap, stale-token dropping and the KL estimator."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import numpy as np
@@ -28,7 +29,7 @@ def grads_of(model: torch.nn.Module, loss: torch.Tensor) -> list[torch.Tensor]:
     return list(torch.autograd.grad(loss, params, allow_unused=True, materialize_grads=True))
 
 
-@pytest.mark.parametrize("loss", ["ppo", "pg"])
+@pytest.mark.parametrize("loss", ["ppo", "pg", "gspo"])
 def test_on_policy_loss_is_the_plain_policy_gradient(loss: str, float64_exact: None) -> None:
     model = tiny_model(torch.float64)
     trainer = make_trainer(model, TrainConfig(max_tokens=64, loss=loss))
@@ -137,13 +138,15 @@ def test_k3_kl_is_zero_at_equality_and_positive_elsewhere() -> None:
 
 
 def test_unknown_loss_names_the_registered_ones() -> None:
-    with pytest.raises(ValueError, match="unknown loss 'dpo'; expected one of ppo, decoupled, pg"):
+    with pytest.raises(
+        ValueError, match="unknown loss 'dpo'; expected one of ppo, decoupled, pg, gspo"
+    ):
         get_loss("dpo")
 
 
 def test_each_loss_a_run_config_names_trains_a_step(float64_exact: None) -> None:
     """``train.loss`` reaches the trainer: on the same stale batch each registered loss is
-    the function its step uses, and the three give three different steps (the default,
+    the function its step uses, and each gives a different step (the default,
     ppo with no ratio cap, is the loss every run trained before ``train.loss``)."""
     from gyre_core.config import RunConfig
     from gyre_core.train.losses import BUILTIN, LOSSES
@@ -167,7 +170,7 @@ def test_each_loss_a_run_config_names_trains_a_step(float64_exact: None) -> None
         g, stats = trainer.compute_grads(samples)
         objective[name], clipped[name] = stats.objective, stats.clipped
         grads[name] = torch.cat([v.flatten() for v in g.values()])
-    assert list(objective) == ["ppo", "decoupled", "pg"]
+    assert list(objective) == ["ppo", "decoupled", "pg", "gspo"]
     assert clipped["ppo"] > 0 and clipped["pg"] == 0  # pg has no clip
-    for a, b in (("ppo", "decoupled"), ("ppo", "pg"), ("decoupled", "pg")):
+    for a, b in itertools.combinations(objective, 2):
         assert objective[a] != objective[b] and not torch.allclose(grads[a], grads[b]), (a, b)

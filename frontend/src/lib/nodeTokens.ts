@@ -1,6 +1,7 @@
 // Per-token detail of one tree node (GET /api/trees/{id}/nodes/{node_id}/tokens/): token ids,
 // their text when the run has a tokenizer, and per token whether it was generated, its
-// log-probability, the policy version that produced it and its advantage.
+// log-probability, the policy version that produced it, its advantage and its scale (the
+// factor train.average puts on its loss: 1 unless the run averages per execution first).
 
 import { api } from "./api";
 
@@ -19,6 +20,7 @@ export interface NodeTokens {
   logprobs: (number | null)[];
   versions: (number | null)[];
   advantages: (number | null)[];
+  scales?: (number | null)[];
 }
 
 export type NodeTokensSource = (nodeId: number) => Promise<NodeTokens>;
@@ -36,12 +38,15 @@ export interface TokenCell {
 
 const fixed = (x: number | null | undefined, digits: number) => (x === null || x === undefined ? "—" : x.toFixed(digits));
 
-/** One cell per token, in order; generated tokens carry logprob, version and advantage. */
+/** One cell per token, in order; generated tokens carry logprob, version and advantage,
+ * and their scale where it is not 1 (the loss counts advantage × scale). */
 export function tokenCells(t: NodeTokens): TokenCell[] {
   return t.ids.map((id, i) => {
     const generated = t.generated[i] ?? false;
+    const scale = t.scales?.[i];
+    const scaled = scale === null || scale === undefined || scale === 1 ? "" : ` · scale ${scale.toPrecision(4)}`;
     const title = generated
-      ? `id ${id} · generated · logprob ${fixed(t.logprobs[i], 4)} · version ${t.versions[i] ?? "—"} · advantage ${fixed(t.advantages[i], 3)}`
+      ? `id ${id} · generated · logprob ${fixed(t.logprobs[i], 4)} · version ${t.versions[i] ?? "—"} · advantage ${fixed(t.advantages[i], 3)}${scaled}`
       : `id ${id} · context`;
     return { key: i, text: t.pieces ? t.pieces[i] : `[${id}]`, generated, title };
   });

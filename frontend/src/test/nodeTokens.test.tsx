@@ -36,6 +36,12 @@ describe("tokenCells", () => {
     expect(tokenSummary(sample)).toBe("4 tokens · 3 generated · versions 2–3 · advantage 0.500");
   });
 
+  it("adds a token's scale to the hover where train.average makes it not 1", () => {
+    const cells = tokenCells({ ...sample, scales: [null, 1, 0.25, 0.25] });
+    expect(cells[1].title).not.toContain("scale");
+    expect(cells[2].title).toBe("id 7 · generated · logprob -1.5000 · version 3 · advantage 0.500 · scale 0.2500");
+  });
+
   it("shows ids when the run has no tokenizer", () => {
     const cells = tokenCells({ ...sample, decoded: false, pieces: null, text: null });
     expect(cells.map((c) => c.text)).toEqual(["[5]", "[6]", "[7]", "[8]"]);

@@ -39,6 +39,7 @@ def read_node_tokens(*, tree: Tree, node: TreeNode) -> dict[str, Any]:
         "logprobs": [],
         "versions": [],
         "advantages": [],
+        "scales": [],
     }
     got = _tokens_of(tree, node)
     if got is None:

@@ -84,7 +84,8 @@ class TreeNodeSerializer(serializers.ModelSerializer):
 
 class NodeTokensSerializer(serializers.Serializer):
     """One node's tokens as parallel lists (``pieces`` is null without a tokenizer; the
-    per-token ``logprobs``, ``versions`` and ``advantages`` are null where not generated)."""
+    per-token ``logprobs``, ``versions``, ``advantages`` and ``scales`` are null where not
+    generated; a token's loss counts its advantage times its scale, ``train.average``)."""
 
     node = serializers.IntegerField()
     token_start = serializers.IntegerField()
@@ -100,6 +101,7 @@ class NodeTokensSerializer(serializers.Serializer):
     logprobs = serializers.ListField(child=serializers.FloatField(allow_null=True))
     versions = serializers.ListField(child=serializers.IntegerField(allow_null=True))
     advantages = serializers.ListField(child=serializers.FloatField(allow_null=True))
+    scales = serializers.ListField(child=serializers.FloatField(allow_null=True))
 
 
 class NodePagination(IdCursorPagination):
