@@ -13,8 +13,14 @@ policy, and is clipped to ``[1 - clip_low, 1 + clip_high]`` so that a stale toke
 pull the policy far. ``ratio_cap`` (optional) truncates the importance weight of a token
 with a negative advantage, whose PPO objective is otherwise unbounded in ``r`` (dual-clip).
 ``decoupled`` separates the two roles (see its docstring). ``pg`` is the plain
-importance-free policy gradient ``-A * logp``, as ``tree_pg_loss``. A run picks one with
-``train.loss`` (the registry: :mod:`gyre_core.train.loss_registry`, torch-free).
+importance-free policy gradient ``-A * logp``, as ``tree_pg_loss``. ``gspo`` takes one
+ratio per sequence (one rollout's tokens in a sample; see :func:`gspo_loss`). A run picks
+one with ``train.loss`` (the registry: :mod:`gyre_core.train.loss_registry`, torch-free).
+
+The batch's loss is ``sum(scale * (objective + kl_coef * kl)) / sum(scale)`` over its trained
+tokens, ``scale`` the token's factor of ``train.average`` (1 with ``token``: a per-token
+mean; with ``execution_then_batch`` a mean per rollout, then over rollouts; see
+:func:`gyre_core.trajectory.rewards.set_scale`).
 
 Tokens whose version is older than ``current_version - staleness_bound`` are never
 trained: :func:`fresh_mask` removes them before any loss sees them, and they are counted.

@@ -6,11 +6,9 @@ data-parallel replicas, balanced by tokens -> ``compute_grads`` per shard -> ``a
 its training units and ``apply`` on each replica after the all-reduce; ``step`` does the
 same in one process, one shard after another (gradient accumulation).
 
-The loss of a batch is a per-token mean over the *whole* batch (``train.average`` token;
-``execution_then_batch`` weighs each token by its ``scale`` and makes it a mean over the
-rollouts of their per-token means): each shard divides its summed loss by
-``total / dp_width`` (``total``: ``count_fresh``, the fresh tokens' summed scale), so that
-the mean of the shards' gradients is the gradient of the batch, however the samples were split. A step therefore does not depend on
+The loss of a batch is a mean over the *whole* batch (``train.average``): each shard divides
+its summed loss by ``count_fresh / dp_width``, so that the mean of the shards' gradients is
+the gradient of the batch, however the samples were split. A step therefore does not depend on
 ``dp_width`` (up to floating-point summation order).
 
 A step does not depend on the order its rollouts arrive in: ``prepare`` sorts them by group
@@ -127,8 +125,7 @@ class BatchPlan:
                         f"{int(c.versions.max())}, newer than the current version {current_version}"
                     )
         trees = self.config.weighting.trees(rollouts)
-        # Last, after anything that changes which tokens are taken: the per-token scale of
-        # train.average counts the tokens this step trains (taken and fresh).
+        # Last (after anything that changes Node.taken): train.average's scales
         self.config.weighting.scale(trees.values(), current_version - self.staleness_bound)
         return trees
 
@@ -272,8 +269,7 @@ class Trainer:
         ids = torch.from_numpy(sample.input_ids).to(dev)
         pos = torch.from_numpy(sample.position_ids).to(dev)
         parent = torch.from_numpy(sample.parent).to(dev)
-        keep_idx = np.flatnonzero(keep_np)
-        idx = torch.from_numpy(keep_idx).to(dev)
+        idx = torch.from_numpy(keep_idx := np.flatnonzero(keep_np)).to(dev)
         if bool((parent[idx] < 0).any()):
             raise ValueError("a root token cannot be trainable: nothing predicts it")
         c = self.config
@@ -298,9 +294,9 @@ class Trainer:
             # numerics (in which calls shared its batch); taking lp makes the ratio exactly 1.
             current = torch.from_numpy(sample.version == current_version).to(dev)[idx]
             behaviour = torch.where(current, lp.detach(), behaviour)
-        sequence = torch.from_numpy(sample.sequences(keep_idx)).to(dev)
+        seq = torch.from_numpy(sample.sequences(keep_idx)).to(dev)
         batch = TokenBatch(
-            lp, behaviour, column(sample.advantage), ref_lp, sequence, column(sample.scale)
+            lp, behaviour, column(sample.advantage), ref_lp, seq, column(sample.scale)
         )
         loss, stats = combine_loss(self.loss_fn, batch, self.loss_settings, normalise)
         stats.entropy = float(entropy.sum())
@@ -317,8 +313,8 @@ class Trainer:
     ) -> tuple[Grads, LossStats]:
         """Gradients of ``sum(sample losses) / normalise`` (accumulated sample by sample)
         and the detached loss stats. ``normalise`` defaults to the fresh tokens of
-        ``samples`` (their summed ``scale``: ``count_fresh``); a replica of ``n`` whose gradients ``apply`` will average with the
-        others' passes ``total fresh tokens of the batch / n`` (see :meth:`step`)."""
+        ``samples`` (``count_fresh``); a replica of ``n`` whose gradients ``apply`` will average
+        with the others' passes ``count_fresh of the whole batch / n`` (see :meth:`step`)."""
         cv = self.version if current_version is None else current_version
         if normalise is None:
             normalise = float(max(1, count_fresh(list(samples), cv, self.staleness_bound)))

@@ -16,6 +16,10 @@ Loss weight of a generated position ``p``, over the rollouts ``R(p)`` that gener
 * ``per_path``: ``sum(A[r] * branches_r(p) for r in R(p))`` where ``branches_r(p)``
   counts the branches of ``r`` through ``p``. The packed loss then equals per-branch
   linear training exactly, gradient included.
+
+How the loss averages over tokens (``train.average``) is a per-position ``scale``
+(:func:`set_scale`): 1 (``token``), or ``sum(1 / n_r for r in R(p))`` with ``n_r`` the
+positions rollout ``r`` trains (``execution_then_batch``: per rollout, then over them).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The tree browser shows the advantages a run's trainer used: the same rollouts stored for
-runs whose configs differ in ``train.advantage_mode`` or ``train.normalise_std`` get, per
-node and per token, the weights that run's own ``Trainer`` gives them (``Trainer.weigh``,
+runs whose configs differ in ``train.advantage_mode``, ``train.normalise_std`` or
+``train.average`` get, per node and per token, the weights (and scales) that run's own
+``Trainer`` gives them (``Trainer.weigh``,
 which ``Trainer.prepare`` packs), through the live path (``rollouts_written`` through the
 worker's sink) and through an upload. Also: the trajectories app's modules import each
 other without a circle."""
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from gyre_web.runs import services
+from gyre_web.runs.models import Run
 from gyre_web.trajectories.imports import import_trajectories
 from gyre_web.trajectories.models import Tree, TreeNode
 
@@ -35,6 +37,7 @@ TRAIN = {
     "once": {"advantage_mode": "once"},
     "per_path": {"advantage_mode": "per_path"},
     "once_std": {"advantage_mode": "once", "normalise_std": True},
+    "execution": {"average": "execution_then_batch"},  # per-token scales 1 / n_r
 }
 
 
@@ -92,7 +95,9 @@ def _expected(tree: PrefixTree) -> dict[tuple[int, tuple[int, ...]], dict]:
         gen = n.generated
         mean = round(float(np.mean(n.weight[gen])), 6) if gen.any() else None
         per_token = [round(float(w), 6) if g else None for w, g in zip(n.weight, gen, strict=True)]
-        out[(n.start, tuple(int(t) for t in n.tokens))] = {"mean": mean, "tokens": per_token}
+        scales = [round(float(x), 9) if g else None for x, g in zip(n.scale, gen, strict=True)]
+        key = (n.start, tuple(int(t) for t in n.tokens))
+        out[key] = {"mean": mean, "tokens": per_token, "scales": scales}
     return out
 
 
@@ -105,6 +110,7 @@ def _assert_shows_trainers_weights(
         got = shown[key]
         assert got["row"] == got["advantage"] == want["mean"], (run.config["train"], key)
         assert got["advantages"] == want["tokens"], (run.config["train"], key)
+        assert got["scales"] == want["scales"], (run.config["train"], key)
     return shown
 
 
@@ -127,7 +133,12 @@ def test_each_run_shows_the_advantages_its_trainer_used(people, client_for, tmp_
         "once": 0.25,
         "per_path": 0.5,
         "once_std": pytest.approx(0.25 / np.std([1.0, 0.5, 0.0]), abs=1e-5),
+        "execution": 0.25,
     }
+    # execution_then_batch: SHARED's tokens count 1/5 for r0 and 1/6 for r1
+    run = Run.objects.filter(config__train__average="execution_then_batch").get()
+    node = _shown(run, member, step=1)[(len(PROMPT), tuple(SHARED))]
+    assert node["scales"] == [pytest.approx(1 / 5 + 1 / 6)] * 3
 
 
 @pytest.mark.django_db
