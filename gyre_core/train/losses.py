@@ -141,10 +141,10 @@ def gspo_loss(batch: TokenBatch, s: LossSettings) -> tuple[torch.Tensor, torch.T
     k = int(seq.max()) + 1 if len(seq) else 0
     with torch.no_grad():
         log_ratio = (batch.logp - batch.behaviour).clamp(max=math.log(s.gspo_token_cap))
-        sums = torch.zeros(k, dtype=log_ratio.dtype, device=log_ratio.device)
-        sums.index_add_(0, seq, log_ratio)
-        count = torch.bincount(seq, minlength=k).clamp(min=1).to(log_ratio.dtype)
-        seq_ratio = torch.exp(sums / count)[seq]
+        # [k, n] membership: a matmul sums per sequence in a fixed order (no atomics)
+        member = (seq[None, :] == torch.arange(k, device=seq.device)[:, None]).to(log_ratio.dtype)
+        mean = (member @ log_ratio) / member.sum(1).clamp(min=1)
+        seq_ratio = torch.exp(mean)[seq]
     ratio = seq_ratio * torch.exp(batch.logp - batch.logp.detach())
     clipped_ratio = ratio.clamp(1.0 - s.gspo_clip_low, 1.0 + s.gspo_clip_high)
     objective = torch.minimum(ratio * adv, clipped_ratio * adv)
