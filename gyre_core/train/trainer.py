@@ -88,10 +88,11 @@ Grads = dict[str, torch.Tensor]
 class BatchPlan:
     """From rollouts to packed samples: what a step trains, decided without the model
     (the trainer, and a driver that holds no model, both use it). ``config`` is the run's
-    ``train`` section, ``staleness_bound`` the scheduler's."""
+    ``train`` section, ``staleness_bound`` the scheduler's, ``seed`` the run's (path
+    sampling's draws, ``train.max_paths``)."""
 
-    def __init__(self, config: TrainConfig, staleness_bound: int) -> None:
-        self.config, self.staleness_bound = config, staleness_bound
+    def __init__(self, config: TrainConfig, staleness_bound: int, seed: int = 0) -> None:
+        self.config, self.staleness_bound, self.seed = config, staleness_bound, seed
 
     def prepare(
         self,
@@ -109,7 +110,9 @@ class BatchPlan:
 
     def weigh(self, rollouts: Iterable[Rollout], current_version: int) -> dict[str, PrefixTree]:
         """The rollouts' trees, one per group in group id order, weighted as this trainer
-        trains them (``config.weighting``).
+        trains them (``config.weighting``), then path-sampled (``config.path_sampling``:
+        untaken positions masked, untaken subtrees pruned; drawn with this run's seed at
+        ``current_version``; a no-op at ``max_paths`` 0 with every role).
 
         Stale tokens stay in the trees (the loss drops and counts them); a token newer
         than ``current_version`` means the caller mixed up versions, and is refused."""
@@ -124,7 +127,11 @@ class BatchPlan:
                         f"rollout {r.rollout_id!r} call {c.call_id!r} has tokens of version "
                         f"{int(c.versions.max())}, newer than the current version {current_version}"
                     )
-        return self.config.weighting.trees(rollouts)
+        trees = self.config.weighting.trees(rollouts)
+        sampling = self.config.path_sampling
+        for tree in trees.values():
+            sampling.apply(tree, self.seed, current_version)
+        return trees
 
     def skipped(self, samples: Sequence[PackedSample], current_version: int) -> dict[str, float]:
         """The metrics of a step whose batch has no token fresh enough to train: the
@@ -193,7 +200,7 @@ class Trainer:
             ref_model.requires_grad_(False)
         self.version = version
         self.loss_fn = get_loss(config.loss)
-        self.plan = BatchPlan(config, staleness_bound)
+        self.plan = BatchPlan(config, staleness_bound, seed)
         self.rebuild_optimizer()
         torch.manual_seed(seed)
 
