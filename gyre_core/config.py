@@ -258,10 +258,6 @@ def _cross_checks(cfg: RunConfig) -> list[tuple[str, str]]:
     if demos and w.skip_check and cfg.rollout.suite != "repo":
         problem = "needs rollout.suite repo (whose components end in a check)"
         errors.append(("warm_start.skip_check", f"{problem}, not {cfg.rollout.suite}"))
-    try:
-        parse_roles(t.path_roles)
-    except ValueError as e:
-        errors.append(("train.path_roles", str(e)))
     if t.offpolicy_data and cfg.scheduler.staleness_bound < 1:
         problem = "needs scheduler.staleness_bound >= 1 (imported tokens count one version old)"
         errors.append(("train.offpolicy_data", problem))
@@ -277,7 +273,15 @@ def _cross_checks(cfg: RunConfig) -> list[tuple[str, str]]:
         shlex.split(r.agent_command)
     except ValueError as e:
         errors.append(("rollout.agent_command", f"not a command line: {e}"))
-    return errors
+    return errors + _roles_problem(cfg)
+
+
+def _roles_problem(cfg: RunConfig) -> list[tuple[str, str]]:
+    try:
+        parse_roles(cfg.train.path_roles)
+    except ValueError as e:
+        return [("train.path_roles", str(e))]
+    return []
 
 
 def config_schema() -> dict[str, Any]:

@@ -88,8 +88,7 @@ Grads = dict[str, torch.Tensor]
 class BatchPlan:
     """From rollouts to packed samples: what a step trains, decided without the model
     (the trainer, and a driver that holds no model, both use it). ``config`` is the run's
-    ``train`` section, ``staleness_bound`` the scheduler's, ``seed`` the run's (path
-    sampling's draws, ``train.max_paths``)."""
+    ``train`` section, ``staleness_bound`` the scheduler's, ``seed`` the run's (paths')."""
 
     def __init__(self, config: TrainConfig, staleness_bound: int, seed: int = 0) -> None:
         self.config, self.staleness_bound, self.seed = config, staleness_bound, seed
@@ -110,9 +109,8 @@ class BatchPlan:
 
     def weigh(self, rollouts: Iterable[Rollout], current_version: int) -> dict[str, PrefixTree]:
         """The rollouts' trees, one per group in group id order, weighted as this trainer
-        trains them (``config.weighting``), then path-sampled (``config.path_sampling``:
-        untaken positions masked, untaken subtrees pruned; drawn with this run's seed at
-        ``current_version``; a no-op at ``max_paths`` 0 with every role).
+        trains them (``config.weighting``), then path-sampled (``config.path_sampling``,
+        drawn with the run's seed at ``current_version``; a no-op by default).
 
         Stale tokens stay in the trees (the loss drops and counts them); a token newer
         than ``current_version`` means the caller mixed up versions, and is refused."""
@@ -128,9 +126,8 @@ class BatchPlan:
                         f"{int(c.versions.max())}, newer than the current version {current_version}"
                     )
         trees = self.config.weighting.trees(rollouts)
-        sampling = self.config.path_sampling
         for tree in trees.values():
-            sampling.apply(tree, self.seed, current_version)
+            self.config.path_sampling.apply(tree, self.seed, current_version)
         return trees
 
     def skipped(self, samples: Sequence[PackedSample], current_version: int) -> dict[str, float]:

@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gyre_core.config import RunConfig, run_path_sampling
+from gyre_core.errors import ConfigError
 from gyre_core.train.config import TrainConfig
 from gyre_core.train.trainer import BatchPlan
 from gyre_core.trajectory.format import FORMAT, Rollout, parse_rollout
@@ -127,6 +129,14 @@ def test_roles_validated() -> None:
         with pytest.raises(ValueError, match="path roles"):
             parse_roles(bad)
     assert TrainConfig().path_sampling == PathSampling(0, ROLES)
+    for train, field in (
+        ({"path_roles": "main,boss"}, "path_roles"),
+        ({"max_paths": -1}, "max_paths"),
+    ):
+        with pytest.raises(ConfigError, match=f"train.{field}"):
+            RunConfig.from_dict({"train": train})
+    cfg = RunConfig.from_dict({"seed": 4, "train": {"max_paths": 5, "path_roles": "subagent"}})
+    assert run_path_sampling(cfg.to_dict()) == (PathSampling(5, ("subagent",)), 4)
 
 
 def test_draw_is_proportional_to_untaken_tokens_and_seeded() -> None:
