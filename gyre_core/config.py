@@ -45,6 +45,7 @@ from gyre_core.sim.costs import CostModel
 from gyre_core.tracking.config import TrackingConfig
 from gyre_core.train.config import TrainConfig
 from gyre_core.train.warm_start_config import MOVED, WarmStartConfig
+from gyre_core.trajectory.paths import PathSampling, parse_roles
 from gyre_core.trajectory.rewards import Weighting
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # no string field holds one (config_fields.py)
@@ -272,7 +273,15 @@ def _cross_checks(cfg: RunConfig) -> list[tuple[str, str]]:
         shlex.split(r.agent_command)
     except ValueError as e:
         errors.append(("rollout.agent_command", f"not a command line: {e}"))
-    return errors
+    return errors + _roles_problem(cfg)
+
+
+def _roles_problem(cfg: RunConfig) -> list[tuple[str, str]]:
+    try:
+        parse_roles(cfg.train.path_roles)
+    except ValueError as e:
+        return [("train.path_roles", str(e))]
+    return []
 
 
 def config_schema() -> dict[str, Any]:
@@ -357,6 +366,13 @@ def run_weighting(config: Mapping[str, Any]) -> Weighting:
     rebuilds it (a snapshot that is refused raises its ``ConfigError``). The tree browser
     weighs a run's trees with it (``gyre_core.trajectory.export``)."""
     return RunConfig.from_dict(dict(config)).train.weighting
+
+
+def run_path_sampling(config: Mapping[str, Any]) -> tuple[PathSampling, int]:
+    """The path sampling a run's trainer uses and the run's seed, from its config snapshot
+    as :func:`run_weighting` reads it: the tree browser marks the paths each step took."""
+    cfg = RunConfig.from_dict(dict(config))
+    return cfg.train.path_sampling, cfg.seed
 
 
 assert is_dataclass(RunConfig)

@@ -13,6 +13,7 @@ from gyre_core.cli.common import positive_int
 from gyre_core.train.config import TrainConfig
 from gyre_core.trajectory.format import read_rollouts
 from gyre_core.trajectory.pack import pack_trees
+from gyre_core.trajectory.paths import DEFAULT_ROLES, PathSampling, path_figures
 from gyre_core.trajectory.rewards import ADVANTAGE_MODES, assign_weights
 from gyre_core.trajectory.stats import tree_stats
 from gyre_core.trajectory.synth import PRESETS, SynthConfig, synth_rollouts
@@ -39,6 +40,12 @@ def register(groups: Sub) -> None:
         "--advantage-mode", choices=ADVANTAGE_MODES, default=TrainConfig().advantage_mode
     )
     k.add_argument("--normalise-std", action="store_true", help="divide advantages by group std")
+    k.add_argument(
+        "--max-paths", type=int, default=0, help="train.max_paths: paths per rollout (0 = all)"
+    )
+    k.add_argument("--path-roles", default=DEFAULT_ROLES, help="train.path_roles: role order")
+    k.add_argument("--seed", type=int, default=0, help="the run seed of the draws")
+    k.add_argument("--version", type=int, default=0, help="the policy version of the draws")
     k.add_argument("--json", action="store_true")
     k.set_defaults(func=cmd_pack)
 
@@ -87,10 +94,18 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
+    try:
+        if args.max_paths < 0:
+            raise ValueError(f"--max-paths must be >= 0, got {args.max_paths}")
+        sampling = PathSampling.of(args.max_paths, args.path_roles)
+    except ValueError as e:
+        print(f"gyre traj pack: {e}", file=sys.stderr)
+        return 2
     trees, _ = _load(args.file)
     unique = 0
     for t in trees:
         assign_weights(t, mode=args.advantage_mode, normalise_std=args.normalise_std)
+        sampling.apply(t, args.seed, args.version)
         unique += t.tokens_unique
     samples = pack_trees(trees, args.max_tokens)
     packed = sum(len(s) for s in samples)
@@ -107,6 +122,8 @@ def cmd_pack(args: argparse.Namespace) -> int:
             "packing_overhead": round(packed / unique - 1, 4) if unique else 0.0,
             "largest_sample": max((len(s) for s in samples), default=0),
             "advantage_mode": args.advantage_mode,
+            "max_paths": args.max_paths,
+            **{k: int(v) for k, v in path_figures(trees).items()},
         },
         args.json,
     )

@@ -79,7 +79,7 @@ class TrainGroup:
         self.cfg, self.config = cfg, cfg.train
         self.setup = train_setup(cfg)  # what each member's trainer takes of the config
         self.staleness_bound = cfg.scheduler.staleness_bound
-        self.plan = BatchPlan(cfg.train, cfg.scheduler.staleness_bound)
+        self.plan = BatchPlan(cfg.train, cfg.scheduler.staleness_bound, cfg.seed)
         self.source = source or Source(INIT)
         self.version = self.source.version
         self.offload = workdir / "offload"

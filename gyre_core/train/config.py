@@ -9,6 +9,7 @@ from typing import Any
 
 from gyre_core.config_fields import config_field
 from gyre_core.train.loss_registry import LOSSES
+from gyre_core.trajectory.paths import DEFAULT_ROLES, ROLES, PathSampling
 from gyre_core.trajectory.rewards import ADVANTAGE_MODES, AVERAGES, Weighting
 
 # fp32: the model's own dtype throughout. bf16: float32 master weights, bfloat16 parameters
@@ -39,6 +40,22 @@ class TrainConfig:
         "rollouts (execution_then_batch: a long rollout weighs no more than a short "
         "one); set by the run's owner",
         choices=AVERAGES,
+    )
+    max_paths: int = config_field(
+        0,
+        "J_max: root-to-leaf paths of each rollout a step trains, drawn by role (train."
+        "path_roles) in proportion to their untrained generated tokens; untaken subtrees are "
+        "pruned before packing, shared prefixes stay as context (0 = every path); set by the "
+        "run's owner",
+        min=0,
+        max=1_000_000,
+    )
+    path_roles: str = config_field(
+        DEFAULT_ROLES,
+        "the leaf roles path sampling takes, highest rank first, comma-separated out of "
+        f"{', '.join(ROLES)} (a role left out is never trained once train.max_paths or this "
+        "narrows the paths); set by the run's owner",
+        max_length=80,
     )
     loss: str = config_field(
         "ppo",
@@ -112,6 +129,11 @@ class TrainConfig:
     def weighting(self) -> Weighting:
         """How the trainer turns rewards into token weights (the tree browser's too)."""
         return Weighting(self.advantage_mode, self.normalise_std, self.average)
+
+    @property
+    def path_sampling(self) -> PathSampling:
+        """Which paths of a tree a step trains (the tree browser's marks too)."""
+        return PathSampling.of(self.max_paths, self.path_roles)
 
 
 def recorded_settings(settings: dict[str, Any]) -> dict[str, Any]:

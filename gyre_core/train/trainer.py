@@ -88,10 +88,10 @@ Grads = dict[str, torch.Tensor]
 class BatchPlan:
     """From rollouts to packed samples: what a step trains, decided without the model
     (the trainer, and a driver that holds no model, both use it). ``config`` is the run's
-    ``train`` section, ``staleness_bound`` the scheduler's."""
+    ``train`` section, ``staleness_bound`` the scheduler's, ``seed`` the run's (paths')."""
 
-    def __init__(self, config: TrainConfig, staleness_bound: int) -> None:
-        self.config, self.staleness_bound = config, staleness_bound
+    def __init__(self, config: TrainConfig, staleness_bound: int, seed: int = 0) -> None:
+        self.config, self.staleness_bound, self.seed = config, staleness_bound, seed
 
     def prepare(
         self,
@@ -109,7 +109,8 @@ class BatchPlan:
 
     def weigh(self, rollouts: Iterable[Rollout], current_version: int) -> dict[str, PrefixTree]:
         """The rollouts' trees, one per group in group id order, weighted as this trainer
-        trains them (``config.weighting``).
+        trains them (``config.weighting``), then path-sampled (``config.path_sampling``,
+        drawn with the run's seed at ``current_version``; a no-op by default).
 
         Stale tokens stay in the trees (the loss drops and counts them); a token newer
         than ``current_version`` means the caller mixed up versions, and is refused."""
@@ -125,6 +126,8 @@ class BatchPlan:
                         f"{int(c.versions.max())}, newer than the current version {current_version}"
                     )
         trees = self.config.weighting.trees(rollouts)
+        for tree in trees.values():
+            self.config.path_sampling.apply(tree, self.seed, current_version)
         # Last (after anything that changes Node.taken): train.average's scales
         self.config.weighting.scale(trees.values(), current_version - self.staleness_bound)
         return trees
@@ -194,7 +197,7 @@ class Trainer:
             ref_model.requires_grad_(False)
         self.version = version
         self.loss_fn = get_loss(config.loss)
-        self.plan = BatchPlan(config, staleness_bound)
+        self.plan = BatchPlan(config, staleness_bound, seed)
         self.rebuild_optimizer()
         torch.manual_seed(seed)
 

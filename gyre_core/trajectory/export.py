@@ -27,6 +27,7 @@ import numpy as np
 
 from gyre_core.events import storable_text
 from gyre_core.trajectory.format import Rollout, TrajectoryFormatError, read_rollouts
+from gyre_core.trajectory.paths import PathSampling, draw
 from gyre_core.trajectory.rewards import Weighting
 from gyre_core.trajectory.tree import Node, PrefixTree
 from gyre_core.trajectory.writer import rollout_to_json, write_rollouts
@@ -43,6 +44,7 @@ __all__ = [
     "PREVIEW_TOKENS",
     "Decode",
     "GroupExport",
+    "PathMarks",
     "PrefixTree",
     "Rollout",
     "TrajectoryFormatError",
@@ -86,6 +88,22 @@ def node_advantage(node: Node) -> float | None:
 
 
 @dataclass(frozen=True, slots=True)
+class PathMarks:
+    """The paths a training step took of a run's tree (``train.max_paths``,
+    ``train.path_roles``): drawn again with the run's ``seed`` at the ``version`` the step
+    trained (``gyre_core.config.run_path_sampling``), so the browser marks per node how
+    many generated tokens the step trained. The browser's tree is not pruned."""
+
+    sampling: PathSampling
+    seed: int
+    version: int
+
+    def apply(self, tree: PrefixTree) -> None:
+        if not self.sampling.everything:
+            draw(tree, self.sampling, self.seed, self.version)
+
+
+@dataclass(frozen=True, slots=True)
 class GroupExport:
     """One group's weighed tree and what the browser stores of it."""
 
@@ -97,13 +115,20 @@ class GroupExport:
 
 
 def export_group(
-    rollouts: Iterable[Rollout], group_id: str, weighting: Weighting, decode: Decode | None
+    rollouts: Iterable[Rollout],
+    group_id: str,
+    weighting: Weighting,
+    decode: Decode | None,
+    marks: PathMarks | None = None,
 ) -> GroupExport | None:
-    """The group's tree, built once and weighed with ``weighting``, and its node specs;
-    None when no rollout belongs to the group."""
+    """The group's tree, built once and weighed with ``weighting`` (and its taken paths
+    marked with ``marks``, a training step's), and its node specs; None when no rollout
+    belongs to the group."""
     tree = weighting.trees(r for r in rollouts if r.group_id == group_id).get(group_id)
     if tree is None:
         return None
+    if marks is not None:
+        marks.apply(tree)
     specs = node_specs(tree, decode)
     return GroupExport(
         tree=tree,
@@ -118,9 +143,11 @@ def node_specs(tree: PrefixTree, decode: Decode | None) -> list[dict[str, Any]]:
     """Preorder (parent before child, children in the tree's own order) node dicts of a
     weighed tree: ``id``, ``parent`` (None under the root), ``kind``, ``depth``,
     ``path_key``, the token span, ``trainable``, ``preview`` (decoded when ``decode`` is
-    given, token ids otherwise; storable text either way), ``advantage`` and ``leaves``."""
+    given, token ids otherwise; storable text either way), ``advantage``, ``leaves`` and
+    ``taken`` (the generated tokens a path-sampled step trained; None: every one)."""
     specs: list[dict[str, Any]] = []
     ids: dict[int, int] = {}
+    sampled = tree.taken_paths is not None
     keys: dict[int, str] = {id(tree.root): ""}  # a child's key is its parent's plus one level
     stack = [(c, n) for n, c in reversed(list(enumerate(tree.root.children.values())))]
     while stack:
@@ -145,6 +172,7 @@ def node_specs(tree: PrefixTree, decode: Decode | None) -> list[dict[str, Any]]:
                 "preview": storable_text(decode(head)) if decode else ids_preview(node.tokens),
                 "advantage": node_advantage(node),
                 "leaves": 0 if node.children else 1,
+                "taken": int((node.generated & node.taken).sum()) if sampled else None,
             }
         )
         kids = list(enumerate(node.children.values()))

@@ -135,6 +135,9 @@ class PrefixTree:
         self.root = Node(np.zeros(0, dtype=TOKEN_DTYPE), 0, None, -1)  # virtual, holds no token
         self.calls: list[CallRef] = []
         self.rollouts: list[RolloutInfo] = []
+        # per rollout, the branch ends path sampling took (gyre_core.trajectory.paths);
+        # None: not sampled, every path is trained
+        self.taken_paths: dict[int, list[Node]] | None = None
 
     # ------------------------------------------------------------------ building
 

@@ -83,3 +83,25 @@ def test_a_path_longer_than_the_bound_is_a_clear_error(log: Path, tmp_path: Path
     assert "exceeds --max-tokens 100" in out.stderr and out.stderr.count("\n") == 1
     usage = gyre("traj", "pack", str(log), "--max-tokens", "0", "--out", str(tmp_path / "x.jsonl"))
     assert usage.returncode == 2 and "expected a positive integer" in usage.stderr
+
+
+def test_pack_with_max_paths_prints_the_path_accounting(log: Path, tmp_path: Path) -> None:
+    def pack(*extra: str) -> dict:
+        out = gyre("traj", "pack", str(log), "--max-tokens", "40000", "--out",
+                   str(tmp_path / "p.jsonl"), "--json", *extra)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        return dict(json.loads(out.stdout))
+
+    every, five, one = pack(), pack("--max-paths", "5", "--seed", "3"), pack("--max-paths", "1")
+    stored = every["tokens_stored"]
+    assert every["tokens_trained"] == stored == every["trainable_tokens"]
+    assert every["paths_taken"] == every["paths_total"] == five["paths_total"]
+    assert one["paths_taken"] == 2 * 8  # one path of each of the 16 rollouts
+    assert one["paths_taken"] < five["paths_taken"] < every["paths_taken"]
+    assert one["tokens_trained"] < five["tokens_trained"] < stored == five["tokens_stored"]
+    assert five["tokens_trained"] == five["trainable_tokens"]  # what the samples train
+    assert five["tokens_packed"] < every["tokens_packed"]  # pruned subtrees are not packed
+    assert pack("--max-paths", "5", "--seed", "3") == five  # seeded: the same draws again
+    bad = gyre("traj", "pack", str(log), "--max-tokens", "40000", "--out",
+               str(tmp_path / "p.jsonl"), "--path-roles", "main,boss")  # fmt: skip
+    assert bad.returncode == 2 and "path roles must be distinct names" in bad.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from gyre_core.rollout.harness import HarnessOptions, run_session
 from gyre_core.rollout.task_env import CodingTaskEnv, RepoTaskEnv, TaskEnv, make_env
 from gyre_core.trajectory import Rollout, build_trees, tree_stats
 from gyre_core.trajectory.format import full_sequences
+from gyre_core.trajectory.paths import candidates
 from tests.rollout.budgets import session_config
 
 TINY = ModelShape(
@@ -239,3 +241,25 @@ def test_a_run_config_reaches_the_harness_options(tok: Any) -> None:
     assert all(
         sum(c.agent == a for c in r.calls) <= 3 for a in {c.agent for c in r.calls} - {"main"}
     )
+
+
+def test_path_sampling_reads_the_harness_calls_as_their_roles(tok: Any) -> None:
+    # the harness labels the call writing a summary `compaction` (it extends the context it
+    # summarises); path sampling reads its leaf as a summary of its agent, the leaves the
+    # sub-agents end as theirs (docs/trajectory-format.md, "Leaf roles")
+    env = make_env("repo", "train", 1, seed=0)
+    prompt_len = len(Codec(tok).encode(env.reset() + "\n"))
+    r = _run(env, ScriptedAgent(env, tok), tok, context_budget=prompt_len + 150, delegate=True)
+    tree = build_trees([r])[r.group_id]
+    leaves = candidates(tree)[0]
+    roles = Counter(role for _, role in leaves)
+    summaries = [c for c in r.calls if c.kind == "compaction"]
+    by_agent = Counter("main" if c.agent == "main" else "subagent" for c in summaries)
+    assert (
+        roles["main_summary"] == by_agent["main"]
+        and roles["main_summary"] + roles["subagent_summary"] == len(summaries) > 0
+    )
+    assert roles["subagent"] >= 1 and roles["main"] >= 1
+    for leaf, role in leaves:  # a summary leaf ends with a compaction call's completion
+        ends = [tree.calls[c] for c in leaf.ends]
+        assert any(c.kind == "compaction" for c in ends) == role.endswith("_summary")

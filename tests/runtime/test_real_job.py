@@ -12,7 +12,9 @@ from gyre_core.runtime import run_job
 from gyre_core.runtime.session import make_model_dir
 from gyre_core.train.checkpoint_dirs import latest_checkpoint
 from gyre_core.train.sharded_checkpoint import read_checkpoint
+from gyre_core.train.trainer import BatchPlan
 from gyre_core.trajectory.format import read_rollouts
+from gyre_core.trajectory.paths import path_figures
 from tests.runtime.conftest import TINY_JOB, UnitKiller, tiny_job
 
 pytestmark = pytest.mark.slow
@@ -161,6 +163,24 @@ def test_a_run_trains_the_loss_its_config_names(ray_cluster, model_dir, tmp_path
     assert (meta["settings"]["loss"], meta["settings"]["ratio_cap"]) == ("pg", 0.0)
     steps = [e.metrics for e in sink.events if e.kind == "step_finished"]
     assert len(steps) == 2 and all(m["tokens"] > 0 and m["clip_fraction"] == 0 for m in steps)
+
+
+def test_a_path_sampled_run_reports_its_paths_in_each_step(ray_cluster, model_dir, tmp_path):
+    # train.max_paths reaches the step: each step_finished carries the path accounting of
+    # the batch its trainer sampled, the same seeded draw as BatchPlan makes offline
+    sink = ListSink()
+    cfg = _cfg(model_dir, seed=3, train={"max_paths": 1})
+    assert run_job(cfg, sink=sink, workdir=tmp_path)["status"] == "succeeded"
+    steps = [e.metrics for e in sink.events if e.kind == "step_finished"]
+    written = [e for e in sink.events if e.kind == "rollouts_written"]
+    assert len(steps) == len(written) == 2
+    plan = BatchPlan(cfg.train, cfg.scheduler.staleness_bound, cfg.seed)
+    for metrics, e in zip(steps, written, strict=True):
+        trees = plan.weigh(list(read_rollouts(e.path)), e.step - 1)
+        want = path_figures(trees.values())
+        assert {k: metrics[k] for k in want} == want
+        assert metrics["paths_taken"] == e.rollouts  # one path of each rollout
+        assert metrics["tokens_trained"] <= metrics["tokens_stored"]
 
 
 def _weights(workdir):

@@ -153,6 +153,7 @@ export function TreeBrowser({
               <dt>tokens</dt>
               <dd>
                 {current.token_start}–{current.token_end} ({current.token_end - current.token_start}), trainable {current.trainable}
+                {current.taken != null && `, trained by its step ${current.taken}`}
               </dd>
               <dt>advantage</dt>
               <dd>{current.advantage === null ? "—" : current.advantage.toFixed(3)}</dd>

@@ -6,6 +6,7 @@
 import { useVirtualizer } from "@tanstack/react-virtual";
 import { memo, useCallback, useEffect, useLayoutEffect, useRef, type CSSProperties, type KeyboardEvent } from "react";
 import type { Row } from "../lib/tree";
+import { untrained } from "../lib/types";
 
 export const ROW_HEIGHT = 22; // px, as .tree-row in styles.css
 const OVERSCAN = 6; // rows beyond each edge: covers a wheel step without mounting 40 rows
@@ -35,9 +36,10 @@ interface TreeRowProps {
 
 export const TreeRow = memo(function TreeRow({ row, index, top, selected, onSelect, onToggle }: TreeRowProps) {
   const { node } = row;
+  const cls = `tree-row${selected ? " selected" : ""}${untrained(node) ? " untrained" : ""}`;
   return (
     <div
-      className={selected ? "tree-row selected" : "tree-row"}
+      className={cls}
       style={{ ...ROW_STYLE, transform: `translateY(${top}px)`, paddingLeft: 8 + row.level * 16 }}
       data-index={index}
       onClick={() => onSelect(index)}
@@ -55,6 +57,7 @@ export const TreeRow = memo(function TreeRow({ row, index, top, selected, onSele
       </button>
       <span className={`badge kind-${node.kind}`}>{node.kind}</span>
       {row.hiddenRetries > 0 && <span className="badge">+{row.hiddenRetries} retries</span>}
+      {untrained(node) && <span className="badge" title="path sampling (train.max_paths) left this out">not trained</span>}
       <span className="preview">{node.preview || `tokens ${node.token_start}–${node.token_end}`}</span>
     </div>
   );

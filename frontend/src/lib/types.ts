@@ -101,7 +101,13 @@ export interface TreeNode {
   preview: string;
   advantage: number | null;
   leaves: number;
+  // generated tokens the step trained, where the run samples paths (train.max_paths);
+  // null or absent: it trains every one
+  taken?: number | null;
 }
+
+/** A node whose generated tokens its step left untrained (path sampling passed it by). */
+export const untrained = (n: TreeNode): boolean => n.taken === 0 && n.trainable > 0;
 
 export type SchemaEntry = {
   type: string;

@@ -39,3 +39,16 @@ describe("TreeRows", () => {
     expect(onSelect).toHaveBeenCalledTimes(1); // the twisty does not also select
   });
 });
+
+describe("TreeRows and path sampling", () => {
+  it("marks a node whose generated tokens its step did not train", () => {
+    const m = new TreeModel();
+    const taken = (id: number, n: number | null): TreeNode => ({ ...node(id, null), taken: n });
+    m.addChildren(ROOT, [taken(1, 4), taken(2, 0), taken(3, null)]);
+    render(<TreeRows rows={m.flatten()} selected={0} onSelect={() => undefined} onToggle={() => undefined} onKeyDown={() => undefined} />);
+    const drawn = screen.getByTestId("tree-rows").querySelectorAll<HTMLElement>(".tree-row");
+    expect([...drawn].map((r) => r.classList.contains("untrained"))).toEqual([false, true, false]);
+    expect(drawn[1].textContent).toContain("not trained");
+    expect(drawn[0].textContent).not.toContain("not trained");
+  });
+});

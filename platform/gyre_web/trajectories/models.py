@@ -76,6 +76,11 @@ class TreeNode(models.Model):
     preview = models.CharField(max_length=300, blank=True)
     advantage = models.FloatField(null=True, blank=True)
     leaves = models.IntegerField(default=0)
+    taken = models.IntegerField(
+        null=True,
+        blank=True,
+        help_text="generated tokens the step trained (train.max_paths); null: every one",
+    )
 
     class Meta:
         indexes = [

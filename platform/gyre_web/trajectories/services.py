@@ -10,11 +10,12 @@ from typing import Any
 
 from django.db import transaction
 
-from gyre_core.config import run_weighting
+from gyre_core.config import run_path_sampling, run_weighting
 from gyre_core.trajectory.export import (
     MAX_DEPTH,
     Decode,
     GroupExport,
+    PathMarks,
     TrajectoryFormatError,
     export_group,
     path_key,
@@ -146,6 +147,7 @@ def store_nodes(*, tree: Tree, nodes: list[dict[str, Any]]) -> None:
             preview=str(spec.get("preview", ""))[:300],
             advantage=spec.get("advantage"),
             leaves=int(spec.get("leaves", 0)),
+            taken=spec.get("taken"),
         )
         while len(levels) < len(ordinal):
             levels.append([])
@@ -218,6 +220,8 @@ def record_rollouts_written(
         decode = payloads.run_decoder(run_id=run_id)
     config = Run.objects.filter(pk=run_id).values_list("config", flat=True).first()
     weighting = run_weighting(config or {})
+    sampling, seed = run_path_sampling(config or {})
+    marks = PathMarks(sampling, seed, step - 1)  # the step trained the version before it
     known = {
         r.rollout_id: r
         for r in Rollout.objects.select_for_update().filter(
@@ -240,7 +244,7 @@ def record_rollouts_written(
         )
         if tree_row.payload_path == str(stored):
             continue  # a redelivery: this step part's tree is stored
-        export = export_group(rollouts, group_id, weighting, decode)
+        export = export_group(rollouts, group_id, weighting, decode, marks)
         if export is None:
             continue
         try:

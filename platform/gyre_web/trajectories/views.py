@@ -79,6 +79,7 @@ class TreeNodeSerializer(serializers.ModelSerializer):
             "preview",
             "advantage",
             "leaves",
+            "taken",
         ]
 
 
