@@ -13,7 +13,8 @@ from gyre_core.cli.common import positive_int
 from gyre_core.train.config import TrainConfig
 from gyre_core.trajectory.format import read_rollouts
 from gyre_core.trajectory.pack import pack_trees
-from gyre_core.trajectory.rewards import ADVANTAGE_MODES, assign_weights
+from gyre_core.trajectory.failures import step_figures
+from gyre_core.trajectory.rewards import ADVANTAGE_MODES, Weighting
 from gyre_core.trajectory.stats import tree_stats
 from gyre_core.trajectory.synth import PRESETS, SynthConfig, synth_rollouts
 from gyre_core.trajectory.tree import PrefixTree, build_trees
@@ -87,11 +88,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_pack(args: argparse.Namespace) -> int:
-    trees, _ = _load(args.file)
-    unique = 0
-    for t in trees:
-        assign_weights(t, mode=args.advantage_mode, normalise_std=args.normalise_std)
-        unique += t.tokens_unique
+    rollouts = list(read_rollouts(args.file))
+    by_group = Weighting(args.advantage_mode, args.normalise_std).trees(rollouts)
+    trees = list(by_group.values())
+    unique = sum(t.tokens_unique for t in trees)
     samples = pack_trees(trees, args.max_tokens)
     packed = sum(len(s) for s in samples)
     with open(args.out, "w", encoding="utf-8") as fh:
@@ -107,6 +107,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
             "packing_overhead": round(packed / unique - 1, 4) if unique else 0.0,
             "largest_sample": max((len(s) for s in samples), default=0),
             "advantage_mode": args.advantage_mode,
+            **{k: int(v) for k, v in step_figures(rollouts, by_group, args.max_tokens).items()},
         },
         args.json,
     )

@@ -44,6 +44,7 @@ from gyre_core.runtime.ray_backend import UnitEngine
 from gyre_core.runtime.train_group import TrainGroup, UnitsLost
 from gyre_core.scheduler import batching
 from gyre_core.scheduler.base import Policy, Snapshot
+from gyre_core.trajectory.failures import step_figures
 from gyre_core.trajectory.format import Rollout
 from gyre_core.trajectory.tree import PrefixTree
 
@@ -408,6 +409,7 @@ class Loop:
             metrics.update(
                 train_s=train_s, dp_width=float(width), weight_sync_s=time.perf_counter() - t1
             )
+            metrics.update(step_figures(batch, trees, self.trainer.cfg.train.max_tokens))
             await self.on_step(own + record, metrics, trees)
             self.counters.step_spans.append((started, self.clock(), len(replicas)))
         finally:
