@@ -11,9 +11,9 @@ from typing import Any
 
 from gyre_core.cli.common import positive_int
 from gyre_core.train.config import TrainConfig
+from gyre_core.trajectory.failures import step_figures
 from gyre_core.trajectory.format import read_rollouts
 from gyre_core.trajectory.pack import pack_trees
-from gyre_core.trajectory.failures import step_figures
 from gyre_core.trajectory.rewards import ADVANTAGE_MODES, Weighting
 from gyre_core.trajectory.stats import tree_stats
 from gyre_core.trajectory.synth import PRESETS, SynthConfig, synth_rollouts

@@ -88,9 +88,13 @@ def test_a_path_longer_than_the_bound_is_cut_and_reported(log: Path, tmp_path: P
     deep = sum(n.end - max(n.start, 100) for t in trees for n in t.nodes() if n.end > 100)
     assert summary["tokens_cut"] == deep > 0
     samples = [PackedSample.from_json(json.loads(line)) for line in out_path.open()]
-    assert summary["largest_sample"] <= 100 and int(max(s.position_ids.max() for s in samples)) < 100
+    assert (
+        summary["largest_sample"] <= 100 and int(max(s.position_ids.max() for s in samples)) < 100
+    )
     shallow = sum(
-        int(n.generated[: max(0, min(len(n), 100 - n.start))].sum()) for t in trees for n in t.nodes()
+        int(n.generated[: max(0, min(len(n), 100 - n.start))].sum())
+        for t in trees
+        for n in t.nodes()
     )
     assert summary["trainable_tokens"] == shallow
     usage = gyre("traj", "pack", str(log), "--max-tokens", "0", "--out", str(tmp_path / "x.jsonl"))
@@ -120,7 +124,9 @@ def test_a_group_whose_rollouts_made_no_call_packs_to_nothing(tmp_path: Path) ->
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     assert (summary["excluded_agent"], summary["empty_trees"], summary["groups_untrained"]) == (
-        3, 1, 1
+        3,
+        1,
+        1,
     )  # ga: no scored rollout at all; gb: scored, but an empty tree
     assert summary["samples"] == 1 and summary["trainable_tokens"] == 2
 

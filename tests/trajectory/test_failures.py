@@ -19,11 +19,11 @@ def rollout(rid: str, group: str, reward: float, *, status: str = "completed",
             failure: str = "", calls: int = 1, first: int = 0) -> Rollout:  # fmt: skip
     """A rollout of ``calls`` one-turn calls on a prompt shared by its group; its completion
     tokens are its own (``first`` + its index), so what it alone trained is visible."""
-    made = [
-        Call(f"c{i}", np.array([1, 2], np.int64), np.array([first + 10 * i + 5, first + 10 * i + 6],
-             np.int64), np.array([-0.5, -0.5]), np.zeros(2, np.int64))  # fmt: skip
-        for i in range(calls)
-    ]
+    made = []
+    for i in range(calls):
+        own = np.array([first + 10 * i + 5, first + 10 * i + 6], np.int64)
+        made.append(Call(f"c{i}", np.array([1, 2], np.int64), own, np.full(2, -0.5),
+                         np.zeros(2, np.int64)))  # fmt: skip
     return Rollout(rid, "t", status, reward, made, group, reward, {}, failure)
 
 
