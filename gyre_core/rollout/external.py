@@ -21,8 +21,10 @@ is the rollout's. The session's budgets apply as to built-in sessions: ``max_tur
 and ``token_budget`` generated tokens (a call past them gets HTTP 429, and the rollout ends
 with status ``timeout``), ``time_budget_s`` wall seconds (the agent is cancelled, its process
 group killed: ``timeout``). An agent that raises or exits non-zero fails its rollout alone
-(status ``failed``, the reason and the tail of its stderr in ``extra``); what it did until
-then is kept and scored.
+(status ``failed``, the reason and the tail of its stderr in ``extra``): ``failure: engine``
+when one of its calls got the engine's error (a 500 or 503; ``extra.engine_error``), a
+rollout left out of training; else ``failure: agent``, whose calls until then are kept and
+scored (one that failed before its first call has nothing to score and is left out).
 """
 
 from __future__ import annotations
@@ -236,7 +238,12 @@ async def run_external(
                                 "seed": seed, "agent": "external"}  # fmt: skip
     if stderr:
         extra["agent_stderr"] = stderr
-    return chat.rollout(env.task_id, status, progress, group_id, extra)
+    rollout = chat.rollout(env.task_id, status, progress, group_id, extra)
+    if status == "failed":  # an agent that failed on the engine's error is the engine's
+        rollout.failure = "engine" if session.engine_error else "agent"
+        if session.engine_error:
+            rollout.extra["engine_error"] = session.engine_error
+    return rollout
 
 
 __all__ = ["AgentTask", "ExternalAgent", "run_external"]
