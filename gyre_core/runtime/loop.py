@@ -401,8 +401,10 @@ class Loop:
             self.counters.train_s.append(train_s)
             self.counters.tokens_trained += int(sum(len(s) for s in samples))
             t1 = time.perf_counter()
-            if not metrics.get("skipped"):  # what a unit's engine starts or wakes on (with
-                # weight_sync nccl, only that: the step's publish broadcasts them)
+            # what a unit's engine starts or wakes on (with weight_sync nccl, only that: the
+            # step's publish broadcasts them); a skipped step sends the weights it kept, which
+            # are the checkpoint's (no reference yet) when no step has trained
+            if not metrics.get("skipped") or self.state_ref is None:
                 self.state_ref = await self.trainer.weights()
             await self._publish()
             self.counters.weight_sync_s.append(time.perf_counter() - t1)
