@@ -94,6 +94,8 @@ def cmd_pack(args: argparse.Namespace) -> int:
     unique = sum(t.tokens_unique for t in trees)
     samples = pack_trees(trees, args.max_tokens)
     packed = sum(len(s) for s in samples)
+    figures = {k: int(v) for k, v in step_figures(rollouts, by_group, args.max_tokens).items()}
+    laid = unique - figures["tokens_cut"]  # the positions packing lays out
     with open(args.out, "w", encoding="utf-8") as fh:
         for s in samples:
             fh.write(json.dumps(s.to_json(), separators=(",", ":")) + "\n")
@@ -104,10 +106,10 @@ def cmd_pack(args: argparse.Namespace) -> int:
             "tokens_unique": unique,
             "tokens_packed": packed,
             "trainable_tokens": int(sum(int(s.trainable.sum()) for s in samples)),
-            "packing_overhead": round(packed / unique - 1, 4) if unique else 0.0,
+            "packing_overhead": round(packed / laid - 1, 4) if laid else 0.0,
             "largest_sample": max((len(s) for s in samples), default=0),
             "advantage_mode": args.advantage_mode,
-            **{k: int(v) for k, v in step_figures(rollouts, by_group, args.max_tokens).items()},
+            **figures,
         },
         args.json,
     )
