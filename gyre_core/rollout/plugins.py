@@ -33,7 +33,7 @@ there, wrapping round.
 **A reward function** ``"package.module:function"`` is called with the finished
 :class:`~gyre_core.trajectory.format.Rollout` and its environment and returns the reward
 (a finite number); without one the reward is ``rollout.reward`` on the environment
-(:func:`settle_reward`). Grading a rollout (its ``progress()``, ``credit()`` and the reward
+(:func:`~gyre_core.rollout.evaluation.settle_reward`). Grading a rollout (its ``progress()``, ``credit()`` and the reward
 function) is its *evaluation*: one that raises is retried up to ``rollout.eval_retries``
 times, and when none succeeds the rollout fails (``failure: evaluation``, ``extra.reward_error``)
 and is dropped from training.
@@ -57,7 +57,6 @@ from gyre_core.jsonl import LocatedError, json_lines
 from gyre_core.rollout import suites
 from gyre_core.rollout.config import RolloutConfig
 from gyre_core.rollout.task_env import Component, TaskEnv
-from gyre_core.trajectory.format import Rollout
 
 SPLITS = repo_suite.SPLITS
 
@@ -207,7 +206,7 @@ class PluginEnv:
 
     def progress(self) -> float:
         """The plugin's progress, 0 where it raised: grading a rollout is its evaluation
-        (:func:`settle_reward`, retried), so a failure here does not end the episode."""
+        (``rollout/evaluation.py``, retried), so a failure here does not end the episode."""
         try:
             return self.graded()
         except Exception as e:
@@ -355,47 +354,6 @@ def run_suite(r: RolloutConfig, seed: int) -> PluginSuite:
     return PluginSuite(cls, tasks)
 
 
-def settle_reward(
-    rollout: Rollout, env: TaskEnv, kind: str, fn: Callable[..., Any] | None, *, retries: int = 0
-) -> None:
-    """A finished rollout's evaluation, the same for every environment: its ``progress``
-    (the environment's, as the session left it) and its reward, ``fn(rollout, env)``
-    (``rollout.reward_fn``) where given, else ``kind`` (``rollout.reward``) on the
-    environment: ``progress``, ``partial`` (its ``credit()``), ``binary`` (1 when the task
-    is done). A try that raises (or gives no finite number) is retried up to ``retries``
-    times (``rollout.eval_retries``); when every try failed the rollout fails with
-    ``failure`` ``evaluation`` (reward 0, the last problem in ``extra.reward_error``, the
-    tries in ``extra.eval_tries``): it is dropped from training, not scored 0."""
-    problem = ""
-    for n in range(1, retries + 2):
-        try:
-            rollout.progress = env.graded() if isinstance(env, PluginEnv) else env.progress()
-            rollout.reward = _reward(rollout, env, kind, fn)
-        except Exception as e:
-            problem = f"{type(e).__name__}: {e}"
-            continue
-        if n > 1:
-            rollout.extra["eval_tries"] = n
-        return
-    rollout.reward, rollout.extra["reward_error"] = 0.0, problem
-    rollout.extra["eval_tries"] = retries + 1
-    if rollout.failure not in ("environment", "engine"):  # the first cause stays
-        rollout.status, rollout.failure = "failed", "evaluation"
-
-
-def _reward(rollout: Rollout, env: TaskEnv, kind: str, fn: Callable[..., Any] | None) -> float:
-    if fn is not None:
-        r = float(fn(rollout, env))
-        if not math.isfinite(r):
-            raise ValueError(f"the reward function returned {r}")
-        return r
-    if kind == "partial":
-        return env.graded("credit") if isinstance(env, PluginEnv) else rollout.progress
-    if kind == "binary":
-        return 1.0 if rollout.progress >= 1.0 else 0.0
-    return rollout.progress
-
-
 __all__ = [
     "PluginEnv",
     "PluginError",
@@ -404,5 +362,4 @@ __all__ = [
     "load_callable",
     "read_tasks",
     "run_suite",
-    "settle_reward",
 ]

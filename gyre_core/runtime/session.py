@@ -24,6 +24,7 @@ from gyre_core.rollout.agents import ModelAgent
 from gyre_core.rollout.chat_template import chat_format
 from gyre_core.rollout.config import RolloutConfig
 from gyre_core.rollout.endpoint import Endpoint
+from gyre_core.rollout.evaluation import settle_reward
 from gyre_core.rollout.external import ExternalAgent, run_external
 from gyre_core.rollout.harness import run_session
 from gyre_core.rollout.plugins import (
@@ -31,7 +32,6 @@ from gyre_core.rollout.plugins import (
     PluginSuite,
     load_callable,
     run_suite,
-    settle_reward,
 )
 from gyre_core.rollout.router import Router
 from gyre_core.rollout.task_env import TaskEnv

@@ -14,7 +14,8 @@ import pytest
 from gyre_core.config import ConfigError, RunConfig
 from gyre_core.events import ListSink
 from gyre_core.rollout.config import RolloutConfig
-from gyre_core.rollout.plugins import PluginEnv, PluginError, read_tasks, run_suite, settle_reward
+from gyre_core.rollout.evaluation import settle_reward
+from gyre_core.rollout.plugins import PluginEnv, PluginError, read_tasks, run_suite
 from gyre_core.rollout.router import Router
 from gyre_core.rollout.suites import CodingSuite
 from gyre_core.rollout.torch_engine import TorchEngine
