@@ -236,13 +236,19 @@ async def run_external(
     extra: dict[str, object] = {"turns": len(chat.calls), "tokens_generated": chat.generated,
                                 "clock_s": round(time.monotonic() - t0, 6), "stop_reason": reason,
                                 "seed": seed, "agent": "external"}  # fmt: skip
-    if stderr:
-        extra["agent_stderr"] = stderr
     rollout = chat.rollout(env.task_id, status, progress, group_id, extra)
-    if status == "failed":  # an agent that failed on the engine's error is the engine's
-        rollout.failure = "engine" if session.engine_error else "agent"
-        if session.engine_error:
-            rollout.extra["engine_error"] = session.engine_error
+    return _what_failed(rollout, session.engine_error, stderr)
+
+
+def _what_failed(rollout: Rollout, engine_error: str, stderr: str) -> Rollout:
+    """A failed rollout's ``failure``: the engine's when a call of its agent got the engine's
+    error (kept in ``extra.engine_error``), else the agent's (its stderr's tail kept)."""
+    if stderr:
+        rollout.extra["agent_stderr"] = stderr
+    if rollout.status == "failed":
+        rollout.failure = "engine" if engine_error else "agent"
+        if engine_error:
+            rollout.extra["engine_error"] = engine_error
     return rollout
 
 
