@@ -11,10 +11,11 @@ from typing import Any
 
 from gyre_core.cli.common import positive_int
 from gyre_core.train.config import TrainConfig
+from gyre_core.trajectory.failures import step_figures
 from gyre_core.trajectory.format import read_rollouts
 from gyre_core.trajectory.pack import pack_trees
 from gyre_core.trajectory.paths import DEFAULT_ROLES, PathSampling, path_figures
-from gyre_core.trajectory.rewards import ADVANTAGE_MODES, assign_weights
+from gyre_core.trajectory.rewards import ADVANTAGE_MODES, Weighting
 from gyre_core.trajectory.stats import tree_stats
 from gyre_core.trajectory.synth import PRESETS, SynthConfig, synth_rollouts
 from gyre_core.trajectory.tree import PrefixTree, build_trees
@@ -101,14 +102,17 @@ def cmd_pack(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"gyre traj pack: {e}", file=sys.stderr)
         return 2
-    trees, _ = _load(args.file)
+    rollouts = list(read_rollouts(args.file))
+    by_group = Weighting(args.advantage_mode, args.normalise_std).trees(rollouts)
+    trees = list(by_group.values())
     unique = 0
     for t in trees:
-        assign_weights(t, mode=args.advantage_mode, normalise_std=args.normalise_std)
         sampling.apply(t, args.seed, args.version)
         unique += t.tokens_unique
     samples = pack_trees(trees, args.max_tokens)
     packed = sum(len(s) for s in samples)
+    figures = {k: int(v) for k, v in step_figures(rollouts, by_group, args.max_tokens).items()}
+    laid = unique - figures["tokens_cut"]  # the positions packing lays out
     with open(args.out, "w", encoding="utf-8") as fh:
         for s in samples:
             fh.write(json.dumps(s.to_json(), separators=(",", ":")) + "\n")
@@ -119,11 +123,12 @@ def cmd_pack(args: argparse.Namespace) -> int:
             "tokens_unique": unique,
             "tokens_packed": packed,
             "trainable_tokens": int(sum(int(s.trainable.sum()) for s in samples)),
-            "packing_overhead": round(packed / unique - 1, 4) if unique else 0.0,
+            "packing_overhead": round(packed / laid - 1, 4) if laid else 0.0,
             "largest_sample": max((len(s) for s in samples), default=0),
             "advantage_mode": args.advantage_mode,
             "max_paths": args.max_paths,
             **{k: int(v) for k, v in path_figures(trees).items()},
+            **figures,
         },
         args.json,
     )

@@ -118,6 +118,14 @@ class RolloutConfig:
     subagent_max_turns: int = config_field(
         0, "tool calls a sub-agent makes (0 = max_turns // components, at least 1)", min=0
     )
+    eval_retries: int = config_field(
+        2,
+        "set by the run's owner: times a rollout's evaluation (the environment's progress and "
+        "credit, the reward function) is tried again when it raises; when every try failed "
+        "the rollout is dropped from training (failure 'evaluation'), never scored 0",
+        min=0,
+        max=10,
+    )
     max_retries: int = config_field(
         2,
         "restores of a session to its last save point after a failure or a streak of "

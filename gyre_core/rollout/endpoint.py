@@ -22,8 +22,10 @@ those of the policy the trainer corrects for; ``max_tokens`` may only lower the 
 cap. A streamed reply arrives as one content chunk (the engine returns a call whole), then
 the finish chunk and ``[DONE]``.
 
-Errors are JSON ``{"error": {"message", "type", "param"}}``: 400 for a bad request (naming
-the field), 401 for an unknown key, 404/405 for an unknown route or method, 409 for a session
+Errors are JSON ``{"error": {"message", "type", "param", "code"}}``: 400 for a bad request
+(naming the field; a prompt that leaves the model no position to generate in, given
+``max_positions``, is a 400 with ``"code": "context_length_exceeded"`` naming ``messages``
+or ``prompt`` and both lengths), 401 for an unknown key, 404/405 for an unknown route or method, 409 for a session
 that was closed, 429 once a session's call or token budget is spent
 (``"type": "budget_exhausted"``), 503 when no engine is live, 500 (logged) for anything
 else; never a traceback.
@@ -52,9 +54,12 @@ log = logging.getLogger(__name__)
 
 
 class HTTPError(Exception):
-    def __init__(self, status: int, message: str, kind: str, param: str | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, kind: str, param: str | None = None, code: str = ""
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.kind, self.param = status, message, kind, param
+        self.code = code or None
 
 
 @dataclass(slots=True)
@@ -70,10 +75,13 @@ class EndpointSession:
     token_budget: int = 0  # tokens it may generate (0: no limit)
     stop_reason: str | None = None  # the budget a refused call ran into
     on_call: Callable[[ChatSession], None] | None = None  # after each recorded call
+    engine_error: str = ""  # the last call the engine could not serve (a 500 or 503)
 
 
-def _error(status: int, message: str, kind: str, param: str | None = None) -> web.Response:
-    body = {"error": {"message": message, "type": kind, "param": param, "code": None}}
+def _error(
+    status: int, message: str, kind: str, param: str | None = None, code: str | None = None
+) -> web.Response:
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
     return web.json_response(body, status=status)
 
 
@@ -82,7 +90,7 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
     try:
         return await handler(request)
     except HTTPError as e:
-        return _error(e.status, e.message, e.kind, e.param)
+        return _error(e.status, e.message, e.kind, e.param, e.code)
     except ChatError as e:
         return _error(400, str(e), "invalid_request_error", e.param)
     except NoEngineError as e:
@@ -105,8 +113,10 @@ class Endpoint:
         host: str = "127.0.0.1",
         port: int = 0,
         fmt: ChatFormat | None = None,
+        max_positions: int = 0,
     ) -> None:
         self.model, self.host, self.port = model, host, port
+        self.max_positions = max_positions  # the model's positions (0: no limit known)
         self.fmt = fmt if fmt is not None else ChatFormat(tokenizer)
         self.sessions: dict[str, EndpointSession] = {}
         self._closed: dict[str, str] = {}  # key -> session id, of sessions closed
@@ -221,8 +231,25 @@ class Endpoint:
             cap = min(cap, v)
         return cap
 
+    def _fit(self, prompt: Prompt, cap: int, param: str) -> int:
+        """The call's cap within the model's positions; a 400 naming ``param`` for a prompt
+        that leaves none to generate in (OpenAI's context_length_exceeded)."""
+        if not self.max_positions:
+            return cap
+        if len(prompt.ids) >= self.max_positions:
+            raise HTTPError(
+                400,
+                f"{param}: this model's maximum context length is {self.max_positions} tokens; "
+                f"the {param} are {len(prompt.ids)} tokens, leaving none to generate",
+                "invalid_request_error",
+                param,
+                "context_length_exceeded",
+            )
+        return min(cap, self.max_positions - len(prompt.ids))
+
     async def _call(self, s: EndpointSession, cap: int, prompt: Prompt) -> tuple[str, Completion]:
-        """Route one call under the session's id; the call's id and the engine's output."""
+        """Route one call under the session's id; the call's id and the engine's output.
+        An engine that cannot serve it is noted in ``s.engine_error``."""
         call_id, n = s.chat.reserve()
         params = SamplingParams(
             max_tokens=cap,
@@ -230,9 +257,13 @@ class Endpoint:
             stop_token_ids=self.fmt.stop_ids(),
             seed=(s.seed * 1_000_003 + n) % 2**63,
         )
-        out = await s.router.generate(
-            s.chat.session_id, prompt.ids, params, request_id=f"{s.chat.session_id}/{call_id}"
-        )
+        try:
+            out = await s.router.generate(
+                s.chat.session_id, prompt.ids, params, request_id=f"{s.chat.session_id}/{call_id}"
+            )
+        except Exception as e:  # not CancelledError: the agent went away, the engine is fine
+            s.engine_error = f"{type(e).__name__}: {e}"
+            raise
         return call_id, out
 
     @staticmethod
@@ -261,6 +292,7 @@ class Endpoint:
         )
         cap = self._cap(s, body)
         prompt = s.chat.prompt(messages)
+        cap = self._fit(prompt, cap, "messages")
         call_id, out = await self._call(s, cap, prompt)
         content, calls = self._record(s, call_id, prompt, out)
         finish = "tool_calls" if calls else ("length" if out.finish_reason == "length" else "stop")
@@ -338,6 +370,7 @@ class Endpoint:
             raise ChatError("prompt", "expected a non-empty string or list of token ids")
         cap = self._cap(s, body)
         prompt = s.chat.text_prompt(ids)
+        cap = self._fit(prompt, cap, "prompt")
         call_id, out = await self._call(s, cap, prompt)
         text, _ = self._record(s, call_id, prompt, out)
         finish = "length" if out.finish_reason == "length" else "stop"

@@ -21,8 +21,10 @@ is the rollout's. The session's budgets apply as to built-in sessions: ``max_tur
 and ``token_budget`` generated tokens (a call past them gets HTTP 429, and the rollout ends
 with status ``timeout``), ``time_budget_s`` wall seconds (the agent is cancelled, its process
 group killed: ``timeout``). An agent that raises or exits non-zero fails its rollout alone
-(status ``failed``, the reason and the tail of its stderr in ``extra``); what it did until
-then is kept and scored.
+(status ``failed``, the reason and the tail of its stderr in ``extra``): ``failure: engine``
+when one of its calls got the engine's error (a 500 or 503; ``extra.engine_error``), a
+rollout left out of training; else ``failure: agent``, whose calls until then are kept and
+scored (one that failed before its first call has nothing to score and is left out).
 """
 
 from __future__ import annotations
@@ -234,9 +236,20 @@ async def run_external(
     extra: dict[str, object] = {"turns": len(chat.calls), "tokens_generated": chat.generated,
                                 "clock_s": round(time.monotonic() - t0, 6), "stop_reason": reason,
                                 "seed": seed, "agent": "external"}  # fmt: skip
+    rollout = chat.rollout(env.task_id, status, progress, group_id, extra)
+    return _what_failed(rollout, session.engine_error, stderr)
+
+
+def _what_failed(rollout: Rollout, engine_error: str, stderr: str) -> Rollout:
+    """A failed rollout's ``failure``: the engine's when a call of its agent got the engine's
+    error (kept in ``extra.engine_error``), else the agent's (its stderr's tail kept)."""
     if stderr:
-        extra["agent_stderr"] = stderr
-    return chat.rollout(env.task_id, status, progress, group_id, extra)
+        rollout.extra["agent_stderr"] = stderr
+    if rollout.status == "failed":
+        rollout.failure = "engine" if engine_error else "agent"
+        if engine_error:
+            rollout.extra["engine_error"] = engine_error
+    return rollout
 
 
 __all__ = ["AgentTask", "ExternalAgent", "run_external"]

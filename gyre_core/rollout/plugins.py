@@ -20,8 +20,9 @@ The built-in harness steps it with the model's actions (one line each unless
 ``multiline_actions``); an external agent (``rollout.agent``) gets its prompt and ``workdir``,
 and ``progress()`` scores the rollout. Each optional member it lacks has a neutral default
 (:class:`PluginEnv`): one component, no save points (so no retries), no oracle.
-An exception from the plugin fails that rollout alone (status ``failed``, the error in
-``extra.env_error``), with what was played until then.
+An exception from the plugin (outside its grading) fails that rollout alone (status
+``failed``, ``failure: environment``, the error in ``extra.env_error``), with what was
+played until then; such a rollout is kept out of its group's statistics and not trained.
 
 **Tasks** come from ``rollout.tasks``, a JSONL file (one JSON object a line) or a Parquet
 file (one row a task), or, when that is empty, from the plugin's own ``tasks(split)``. A
@@ -32,8 +33,10 @@ there, wrapping round.
 **A reward function** ``"package.module:function"`` is called with the finished
 :class:`~gyre_core.trajectory.format.Rollout` and its environment and returns the reward
 (a finite number); without one the reward is ``rollout.reward`` on the environment
-(:func:`settle_reward`). One that raises fails its rollout alone (reward 0,
-``extra.reward_error``).
+(:func:`~gyre_core.rollout.evaluation.settle_reward`). Grading a rollout (its ``progress()``, ``credit()`` and the reward
+function) is its *evaluation*: one that raises is retried up to ``rollout.eval_retries``
+times, and when none succeeds the rollout fails (``failure: evaluation``, ``extra.reward_error``)
+and is dropped from training.
 
 The built-in suites (``rollout.suite``: ``repo``, ``coding``) are two such classes
 (:mod:`~gyre_core.rollout.suites`), run through the same code (:func:`run_suite`).
@@ -54,7 +57,6 @@ from gyre_core.jsonl import LocatedError, json_lines
 from gyre_core.rollout import suites
 from gyre_core.rollout.config import RolloutConfig
 from gyre_core.rollout.task_env import Component, TaskEnv
-from gyre_core.trajectory.format import Rollout
 
 SPLITS = repo_suite.SPLITS
 
@@ -160,7 +162,8 @@ class PluginEnv:
         own = getattr(env, "task_id", None)
         self.task_id = own if isinstance(own, str) and own else task_id
         self.multiline_actions = bool(getattr(env, "multiline_actions", False))
-        self.error: str | None = None
+        self.error: str | None = None  # what the plugin raised in play (not in grading)
+        self.eval_error: str | None = None  # what its progress or credit last raised
         self._done = False
         w = getattr(env, "workdir", None)
         self.workdir = Path(w) if w else None
@@ -202,21 +205,31 @@ class PluginEnv:
         return str(obs), self._done
 
     def progress(self) -> float:
+        """The plugin's progress, 0 where it raised: grading a rollout is its evaluation
+        (``rollout/evaluation.py``, retried), so a failure here does not end the episode."""
         try:
-            p = float(self.env.progress())
+            return self.graded()
         except Exception as e:
-            self._fail("progress", e)
+            self.eval_error = f"progress raised {type(e).__name__}: {e}"
             return 0.0
-        if not math.isfinite(p):
-            self.error = f"progress returned {p}"
-            return 0.0
-        return min(1.0, max(0.0, p))
 
     def credit(self) -> float:
         """The plugin's finer partial credit (``credit()``, for ``rollout.reward: partial``),
-        else its progress."""
-        c = self._optional("credit", None)
-        return self.progress() if c is None else min(1.0, max(0.0, float(c)))
+        else its progress (its progress where it raised)."""
+        try:
+            return self.graded("credit")
+        except Exception as e:
+            self.eval_error = f"credit raised {type(e).__name__}: {e}"
+            return self.progress()
+
+    def graded(self, member: str = "progress") -> float:
+        """``progress()`` (or ``credit()``, when the plugin has one) into [0, 1], raising
+        what the plugin raised: one try of the rollout's evaluation."""
+        got = getattr(self.env, member, None) if member == "credit" else None
+        p = float(got() if callable(got) else self.env.progress())
+        if not math.isfinite(p):
+            raise ValueError(f"{member} returned {p}")
+        return min(1.0, max(0.0, p))
 
     @property
     def tool_latency_s(self) -> float:
@@ -341,33 +354,6 @@ def run_suite(r: RolloutConfig, seed: int) -> PluginSuite:
     return PluginSuite(cls, tasks)
 
 
-def settle_reward(rollout: Rollout, env: TaskEnv, kind: str, fn: Callable[..., Any] | None) -> None:
-    """A finished rollout's reward, the same for every environment: ``fn(rollout, env)``
-    (``rollout.reward_fn``) where given, else ``kind`` (``rollout.reward``) on the
-    environment: ``progress`` (as the session left it), ``partial`` (its ``credit()``),
-    ``binary`` (1 when the task is done). A reward function that raises or returns no
-    finite number fails its rollout alone (reward 0, ``extra.reward_error``)."""
-    if fn is not None:
-        rollout.reward, problem = reward_of(fn, rollout, env)
-        if problem is not None:
-            rollout.status, rollout.extra["reward_error"] = "failed", problem
-    elif kind == "partial":
-        rollout.reward = float(env.credit()) if isinstance(env, PluginEnv) else rollout.progress
-    elif kind == "binary":
-        rollout.reward = 1.0 if rollout.progress >= 1.0 else 0.0
-
-
-def reward_of(fn: Callable[..., Any], rollout: Any, env: TaskEnv) -> tuple[float, str | None]:
-    """``fn(rollout, env)`` as a reward, or 0 and why it could not be one."""
-    try:
-        r = float(fn(rollout, env))
-    except Exception as e:
-        return 0.0, f"{type(e).__name__}: {e}"
-    if not math.isfinite(r):
-        return 0.0, f"returned {r}"
-    return r, None
-
-
 __all__ = [
     "PluginEnv",
     "PluginError",
@@ -375,7 +361,5 @@ __all__ = [
     "Suite",
     "load_callable",
     "read_tasks",
-    "reward_of",
     "run_suite",
-    "settle_reward",
 ]

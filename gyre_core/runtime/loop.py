@@ -44,6 +44,7 @@ from gyre_core.runtime.ray_backend import UnitEngine
 from gyre_core.runtime.train_group import TrainGroup, UnitsLost
 from gyre_core.scheduler import batching
 from gyre_core.scheduler.base import Policy, Snapshot
+from gyre_core.trajectory.failures import step_figures
 from gyre_core.trajectory.format import Rollout
 from gyre_core.trajectory.paths import path_figures
 from gyre_core.trajectory.tree import PrefixTree
@@ -401,8 +402,10 @@ class Loop:
             self.counters.train_s.append(train_s)
             self.counters.tokens_trained += int(sum(len(s) for s in samples))
             t1 = time.perf_counter()
-            if not metrics.get("skipped"):  # what a unit's engine starts or wakes on (with
-                # weight_sync nccl, only that: the step's publish broadcasts them)
+            # what a unit's engine starts or wakes on (with weight_sync nccl, only that: the
+            # step's publish broadcasts them); a skipped step sends the weights it kept, which
+            # are the checkpoint's (no reference yet) when no step has trained
+            if not metrics.get("skipped") or self.state_ref is None:
                 self.state_ref = await self.trainer.weights()
             await self._publish()
             self.counters.weight_sync_s.append(time.perf_counter() - t1)
@@ -410,6 +413,7 @@ class Loop:
                 train_s=train_s, dp_width=float(width), weight_sync_s=time.perf_counter() - t1
             )
             metrics.update(path_figures(trees.values()))  # paths and tokens taken of stored
+            metrics.update(step_figures(batch, trees, self.trainer.cfg.train.max_tokens))
             await self.on_step(own + record, metrics, trees)
             self.counters.step_spans.append((started, self.clock(), len(replicas)))
         finally:

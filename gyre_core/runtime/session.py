@@ -9,6 +9,7 @@ The rest of what a run does around the loop lives beside it: the supervised warm
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +24,7 @@ from gyre_core.rollout.agents import ModelAgent
 from gyre_core.rollout.chat_template import chat_format
 from gyre_core.rollout.config import RolloutConfig
 from gyre_core.rollout.endpoint import Endpoint
+from gyre_core.rollout.evaluation import settle_reward
 from gyre_core.rollout.external import ExternalAgent, run_external
 from gyre_core.rollout.harness import run_session
 from gyre_core.rollout.plugins import (
@@ -30,7 +32,6 @@ from gyre_core.rollout.plugins import (
     PluginSuite,
     load_callable,
     run_suite,
-    settle_reward,
 )
 from gyre_core.rollout.router import Router
 from gyre_core.rollout.task_env import TaskEnv
@@ -138,10 +139,18 @@ class SessionFactory:
         """The run's OpenAI-compatible endpoint, started on first use."""
         async with self._endpoint_lock:
             if self._endpoint is None:
-                ep = Endpoint(self.tokenizer, fmt=self.chat)
+                ep = Endpoint(self.tokenizer, fmt=self.chat, max_positions=self.positions())
                 await ep.start()
                 self._endpoint = ep
             return self._endpoint
+
+    def positions(self) -> int:
+        """The longest sequence the policy serves: the checkpoint's positions
+        (``max_position_embeddings``), lowered by ``engine.max_model_len`` when set."""
+        config = json.loads((self.model_dir / "config.json").read_text())
+        longest = int(config.get("max_position_embeddings") or 0)
+        served = self.cfg.engine.max_model_len
+        return min(longest, served) if longest and served else longest or served
 
     async def aclose(self) -> None:
         if self._endpoint is not None:
@@ -173,9 +182,10 @@ class SessionFactory:
                 self.agent, env, await self.endpoint(), router, harness,
                 rollout_id=rollout_id, group_id=group_id, sink=sink, seed=seed, step=step,
             )  # fmt: skip
-        error = getattr(env, "error", None)  # a plugin environment that raised
+        error = getattr(env, "error", None)  # a plugin environment that raised in play
         if isinstance(error, str):
-            rollout.status, rollout.extra["env_error"] = "failed", error
+            rollout.status, rollout.failure = "failed", "environment"
+            rollout.extra["env_error"] = error
         return rollout
 
     def make_trainer(self) -> Trainer:
@@ -213,7 +223,8 @@ class SessionFactory:
                 seed=self._sample_seed(idx),
                 step=step,
             )
-            settle_reward(rollout, env, self.cfg.rollout.reward, self.reward_fn)
+            r = self.cfg.rollout
+            settle_reward(rollout, env, r.reward, self.reward_fn, retries=r.eval_retries)
         finally:
             env.close()
         self.rollouts_done += 1

@@ -58,7 +58,7 @@ class StepBooks:
         self.tokens_per_call += stats["tokens_per_call"]
         self.tokens_unique += stats["tokens_unique"]
         for gid in dict.fromkeys(r.group_id for r in batch):  # the batch's order of groups
-            one = tree_stats([trees[gid]])
+            one = tree_stats([trees[gid]] if gid in trees else [])  # none: all left out
             self.sink.emit(
                 ev.TreeReady(
                     t=self.clock(),

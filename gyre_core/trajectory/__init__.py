@@ -16,7 +16,7 @@ from gyre_core.trajectory.format import (
     TrajectoryFormatError,
     read_rollouts,
 )
-from gyre_core.trajectory.pack import PathTooLongError, pack_trees
+from gyre_core.trajectory.pack import pack_trees, tokens_cut
 from gyre_core.trajectory.rewards import Weighting, assign_weights, group_advantages
 from gyre_core.trajectory.sample import PackedSample
 from gyre_core.trajectory.stats import tree_stats
@@ -27,7 +27,6 @@ __all__ = [
     "FORMAT",
     "Call",
     "PackedSample",
-    "PathTooLongError",
     "Prefix",
     "PrefixTree",
     "Rollout",
@@ -38,6 +37,7 @@ __all__ = [
     "group_advantages",
     "pack_trees",
     "read_rollouts",
+    "tokens_cut",
     "tree_stats",
     "write_rollouts",
 ]

@@ -25,6 +25,9 @@ from gyre_core.jsonl import MAX_LINE_BYTES, LocatedError, json_lines
 
 FORMAT = "gyre.trajectory/v1"
 STATUSES = ("completed", "timeout", "failed")
+# What failed in a rollout of status "failed" ("" = not recorded: read as the agent's).
+# A timeout is its own status, not a failure: it keeps the credit of what it reached.
+FAILURES = ("agent", "environment", "evaluation", "engine")
 KINDS = ("continue", "compaction", "subagent", "retry", "branch")
 MAX_TOKEN_ID = 2**31 - 1
 # A log-probability is <= 0; engines sometimes report a hair above 0 from rounding.
@@ -83,6 +86,7 @@ class Rollout:
     group_id: str = ""
     reward: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    failure: str = ""  # status "failed" only: one of FAILURES ("" = unknown, the agent's)
 
     def __post_init__(self) -> None:
         if not self.group_id:
@@ -202,6 +206,11 @@ def parse_rollout(obj: Any, file: str = "<input>", line: int = 1) -> Rollout:
     if not 0.0 <= progress <= 1.0:
         raise ck.fail("progress", f"must be in [0, 1], got {progress}")
     reward = ck.number(ck.get(obj, "reward", "reward", progress), "reward")
+    failure = ck.get(obj, "failure", "failure", "")
+    if failure and status != "failed":
+        raise ck.fail("failure", f"set on a rollout of status {status!r} (only 'failed' has one)")
+    if failure not in ("", *FAILURES):
+        raise ck.fail("failure", f"expected one of {', '.join(FAILURES)}, got {_show(failure)}")
     raw_calls = ck.get(obj, "calls", "calls")
     if not isinstance(raw_calls, list):
         raise ck.fail("calls", f"expected a list of calls, got {_show(raw_calls)}")
@@ -212,8 +221,8 @@ def parse_rollout(obj: Any, file: str = "<input>", line: int = 1) -> Rollout:
         full_lens[call.call_id] = call.full_len
         calls.append(call)
     known = {"format", "rollout_id", "task_id", "group_id", "status", "progress", "reward", "calls"}
-    extra = {k: v for k, v in obj.items() if k not in known}
-    return Rollout(rollout_id, task_id, status, progress, calls, group_id, reward, extra)
+    extra = {k: v for k, v in obj.items() if k not in known | {"failure"}}
+    return Rollout(rollout_id, task_id, status, progress, calls, group_id, reward, extra, failure)
 
 
 def _parse_call(ck: _Checker, raw: Any, where: str, full_lens: dict[str, int]) -> Call:

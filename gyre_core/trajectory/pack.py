@@ -10,6 +10,11 @@ that the next piece repeats the least context (cost ``depth - position``: a toke
 left unused counts as much as a token of context repeated). Pieces are then bin-packed
 into samples (first-fit decreasing). Ranges are disjoint, so every generated token is
 trainable in exactly one sample.
+
+A path longer than ``max_tokens`` is *cut*: the positions at depth ``>= max_tokens`` are
+left out of the layout (none of them can be trained: its context alone fills a sample),
+and counted (:func:`tokens_cut`). A tree with no position (a group whose rollouts made
+no call) packs into nothing.
 """
 
 from __future__ import annotations
@@ -30,25 +35,26 @@ from gyre_core.trajectory.tree import Node, PrefixTree
 ROOM_COSTS = (0.5, 0.25, 1.0)
 
 
-class PathTooLongError(ValueError):
-    pass
-
-
 @dataclass(slots=True)
 class Layout:
-    """A tree in preorder: ``offset[i]`` is where ``nodes[i]`` starts in the order."""
+    """A tree in preorder: ``offset[i]`` is where ``nodes[i]`` starts in the order and
+    ``lens[i]`` how many of its tokens are laid out (all but those at depth >= the
+    layout's limit)."""
 
     tree: PrefixTree
     nodes: list[Node]
     offset: npt.NDArray[np.int64]
     total: int
+    lens: npt.NDArray[np.int64]
 
     @classmethod
-    def of(cls, tree: PrefixTree) -> Layout:
-        nodes = list(tree.nodes())
-        lens = np.fromiter((len(n) for n in nodes), dtype=np.int64, count=len(nodes))
+    def of(cls, tree: PrefixTree, limit: int | None = None) -> Layout:
+        """The tree's positions at depth < ``limit`` (all when None) in preorder."""
+        nodes = [n for n in tree.nodes() if limit is None or n.start < limit]
+        cap = (lambda n: len(n)) if limit is None else (lambda n: min(len(n), limit - n.start))
+        lens = np.fromiter((cap(n) for n in nodes), dtype=np.int64, count=len(nodes))
         offset = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
-        return cls(tree, nodes, offset[:-1], int(offset[-1]))
+        return cls(tree, nodes, offset[:-1], int(offset[-1]), lens)
 
     def depth(self, pos: int) -> int:
         """Depth of the token at preorder position ``pos`` (0 past the end)."""
@@ -70,20 +76,17 @@ class Piece:
         return self.context + self.end - self.begin
 
 
-def check_paths(tree: PrefixTree, max_tokens: int) -> None:
-    for leaf in tree.leaves():
-        if leaf.end > max_tokens:
-            calls = tree.calls_through(leaf)
-            who = tree.rollouts[tree.calls[calls[0]].rollout].rollout_id if calls else "?"
-            raise PathTooLongError(
-                f"a single path of {leaf.end} tokens (rollout {who!r}, group {tree.group_id!r}) "
-                f"exceeds --max-tokens {max_tokens}; raise the bound or compact the context"
-            )
+def tokens_cut(tree: PrefixTree, max_tokens: int) -> int:
+    """The tree's positions at depth >= ``max_tokens``: what packing leaves out."""
+    return sum(n.end - max(n.start, max_tokens) for n in tree.nodes() if n.end > max_tokens)
 
 
 def split_tree(tree: PrefixTree, max_tokens: int) -> list[Piece]:
-    check_paths(tree, max_tokens)
-    lay = Layout.of(tree)
+    """The tree's pieces of at most ``max_tokens`` (none for an empty tree); positions at
+    depth >= ``max_tokens`` are cut (see the module docstring)."""
+    lay = Layout.of(tree, max_tokens)
+    if lay.total == 0:
+        return []
     if lay.total <= max_tokens:
         return [Piece(lay, 0, lay.total, 0)]
     splits = [_split(lay, max_tokens, w) for w in ROOM_COSTS]
@@ -171,7 +174,7 @@ def materialise(pieces: list[Piece]) -> PackedSample:
         while pos < piece.end:
             node = lay.nodes[i]
             a = pos - int(lay.offset[i])
-            b = min(len(node), piece.end - int(lay.offset[i]))
+            b = min(int(lay.lens[i]), piece.end - int(lay.offset[i]))
             if a > 0:
                 parent_idx = prev  # the node's earlier tokens: context just emitted
             elif node.parent is None or node.parent is lay.tree.root:

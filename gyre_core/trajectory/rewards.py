@@ -1,8 +1,10 @@
 """Rewards, group-relative advantages and per-token loss weights on a prefix tree.
 
 A rollout's reward defaults to its progress, so a rollout cut off by its time or token
-budget (status ``timeout``) or one that failed keeps the credit for what it reached.
-The advantage is the reward minus the group mean, optionally divided by the group std.
+budget (status ``timeout``) or one whose agent failed keeps the credit for what it reached.
+The advantage is the reward minus the group mean, optionally divided by the group std,
+over the group's scored rollouts: infrastructure and evaluation failures are left out of
+the group (``gyre_core.trajectory.failures``), and a group of fewer than two trains nothing.
 
 A rollout's *branches* are its maximal sequences: the end of one of its calls that no
 later call of the same rollout extends. Per-branch linear training trains each branch
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gyre_core.registry import Registry
+from gyre_core.trajectory.failures import scored
 from gyre_core.trajectory.format import Rollout
 from gyre_core.trajectory.tree import Node, PrefixTree, build_trees
 
@@ -43,8 +46,10 @@ def binary_reward(progress: float) -> float:
 
 
 def group_advantages(rewards: list[float], *, normalise_std: bool = False) -> list[float]:
-    if not rewards:
-        return []
+    """Each reward minus the group's mean (over its std with ``normalise_std``); all 0 for
+    a group of fewer than two scored rollouts: nothing to compare with, nothing trained."""
+    if len(rewards) < 2:
+        return [0.0] * len(rewards)
     r = np.asarray(rewards, dtype=np.float64)
     adv = r - r.mean()
     if normalise_std:
@@ -190,9 +195,11 @@ class Weighting:
         return assign_weights(tree, mode=self.mode, normalise_std=self.normalise_std)
 
     def trees(self, rollouts: Iterable[Rollout]) -> dict[str, PrefixTree]:
-        """One tree per group (``build_trees``), its loss weights and scales set (every
-        token counted fresh: the trainer sets the scales again, see ``scale``)."""
-        trees = build_trees(rollouts)
+        """One tree per group (``build_trees``) of its scored rollouts (infrastructure and
+        evaluation failures are left out: ``gyre_core.trajectory.failures``), its loss
+        weights and scales set (every token counted fresh: the trainer sets the scales
+        again, see ``scale``)."""
+        trees = build_trees(scored(rollouts))
         for tree in trees.values():
             self.apply(tree)
             set_scale(tree, self.average)

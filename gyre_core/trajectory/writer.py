@@ -38,6 +38,8 @@ def rollout_to_json(rollout: Rollout, *, exact: bool = False, extra: bool = True
         "progress": rollout.progress,
         "reward": rollout.score,
     }
+    if rollout.failure:
+        out["failure"] = rollout.failure
     if extra:
         out.update(rollout.extra)
     out["calls"] = calls
@@ -82,6 +84,7 @@ def with_prefixes(rollout: Rollout) -> Rollout:
         rollout.group_id,
         rollout.reward,
         dict(rollout.extra),
+        rollout.failure,
     )
 
 

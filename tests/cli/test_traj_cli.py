@@ -77,10 +77,26 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert missing.returncode == 2 and "nope.jsonl: No such file or directory" in missing.stderr
 
 
-def test_a_path_longer_than_the_bound_is_a_clear_error(log: Path, tmp_path: Path) -> None:
-    out = gyre("traj", "pack", str(log), "--max-tokens", "100", "--out", str(tmp_path / "x.jsonl"))
-    assert out.returncode == 2
-    assert "exceeds --max-tokens 100" in out.stderr and out.stderr.count("\n") == 1
+def test_a_path_longer_than_the_bound_is_cut_and_reported(log: Path, tmp_path: Path) -> None:
+    """An over-long rollout never fails packing: the positions at depth >= --max-tokens
+    are cut and counted; every other generated position is trained exactly once."""
+    out_path = tmp_path / "x.jsonl"
+    out = gyre("traj", "pack", str(log), "--max-tokens", "100", "--out", str(out_path), "--json")
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    trees = build_trees(read_rollouts(log)).values()
+    deep = sum(n.end - max(n.start, 100) for t in trees for n in t.nodes() if n.end > 100)
+    assert summary["tokens_cut"] == deep > 0
+    samples = [PackedSample.from_json(json.loads(line)) for line in out_path.open()]
+    assert (
+        summary["largest_sample"] <= 100 and int(max(s.position_ids.max() for s in samples)) < 100
+    )
+    shallow = sum(
+        int(n.generated[: max(0, min(len(n), 100 - n.start))].sum())
+        for t in trees
+        for n in t.nodes()
+    )
+    assert summary["trainable_tokens"] == shallow
     usage = gyre("traj", "pack", str(log), "--max-tokens", "0", "--out", str(tmp_path / "x.jsonl"))
     assert usage.returncode == 2 and "expected a positive integer" in usage.stderr
 
@@ -105,3 +121,56 @@ def test_pack_with_max_paths_prints_the_path_accounting(log: Path, tmp_path: Pat
     bad = gyre("traj", "pack", str(log), "--max-tokens", "40000", "--out",
                str(tmp_path / "p.jsonl"), "--path-roles", "main,boss")  # fmt: skip
     assert bad.returncode == 2 and "path roles must be distinct names" in bad.stderr
+
+
+def _line(rid: str, group: str, status: str, calls: list[dict[str, object]], **more: object) -> str:
+    return json.dumps({"format": "gyre.trajectory/v1", "rollout_id": rid, "task_id": "t",
+                       "group_id": group, "status": status, "progress": 0.0, "calls": calls,
+                       **more})  # fmt: skip
+
+
+CALL = {"call_id": "c0", "prompt_ids": [1, 2], "completion_ids": [3, 4], "logprobs": [-0.1, -0.2],
+        "versions": 0}  # fmt: skip
+
+
+def test_a_group_whose_rollouts_made_no_call_packs_to_nothing(tmp_path: Path) -> None:
+    """Issue #44 bug 1: rollouts that failed before their first call (any agent that dies
+    on an import error or a bad key) made an empty tree, and packing it crashed."""
+    path = tmp_path / "empty.jsonl"
+    lines = [_line(f"a{i}", "ga", "failed", []) for i in range(3)]  # no failure: the agent's
+    lines += [_line(f"b{i}", "gb", "completed", []) for i in range(2)]  # completed, no call
+    lines += [_line("c0", "gc", "completed", [CALL]), _line("c1", "gc", "completed", [CALL])]
+    path.write_text("\n".join(lines) + "\n")
+    out = gyre("traj", "pack", str(path), "--max-tokens", "16", "--out", str(tmp_path / "o"),
+               "--json")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert (summary["excluded_agent"], summary["empty_trees"], summary["groups_untrained"]) == (
+        3,
+        1,
+        1,
+    )  # ga: no scored rollout at all; gb: scored, but an empty tree
+    assert summary["samples"] == 1 and summary["trainable_tokens"] == 2
+
+
+def test_pack_counts_rollouts_left_out_by_cause(tmp_path: Path) -> None:
+    """Infrastructure failures and dropped evaluations stay out of their group: a group
+    left with one scored rollout trains nothing."""
+    path = tmp_path / "causes.jsonl"
+    lines = [
+        _line("r0", "g", "completed", [CALL], progress=1.0),
+        _line("r1", "g", "failed", [CALL], failure="environment"),
+        _line("r2", "g", "failed", [], failure="engine"),
+        _line("r3", "g", "failed", [CALL], failure="evaluation"),
+        _line("r4", "h", "completed", [CALL], progress=1.0),
+        _line("r5", "h", "failed", [CALL], failure="agent"),  # after a call: a scored 0
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    out = gyre("traj", "pack", str(path), "--max-tokens", "16", "--out", str(tmp_path / "o"),
+               "--json")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    s = json.loads(out.stdout)
+    got = {k: s[k] for k in ("excluded_environment", "excluded_engine", "excluded_agent",
+                             "dropped_evaluation", "groups_untrained", "empty_trees")}  # fmt: skip
+    assert got == {"excluded_environment": 1, "excluded_engine": 1, "excluded_agent": 0,
+                   "dropped_evaluation": 1, "groups_untrained": 1, "empty_trees": 0}  # fmt: skip

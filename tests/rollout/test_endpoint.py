@@ -17,13 +17,14 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from gyre_core.config import RunConfig
+from gyre_core.events import ListSink
 from gyre_core.rollout.chat import ChatFormat, Message, check_messages, check_tools
 from gyre_core.rollout.chat_template import TemplateFormat, chat_format
 from gyre_core.rollout.endpoint import Endpoint
 from gyre_core.rollout.engine import Completion, SamplingParams
 from gyre_core.rollout.router import Router
 from gyre_core.rollout.torch_engine import TorchEngine
-from gyre_core.runtime.session import make_model_dir
+from gyre_core.runtime.session import SessionFactory, make_model_dir
 from gyre_core.trajectory.tree import build_trees
 
 AGENT = Path(__file__).parent / "agents" / "openai_tool_agent.py"
@@ -251,3 +252,49 @@ def test_the_checkpoints_own_template_renders_the_calls(taught) -> None:  # type
     )
     code, err = asyncio.run(main(TemplateFormat(tok, unstable)))
     assert code == 400 and err["error"]["param"] == "messages[1]", err
+
+
+def test_a_prompt_beyond_the_models_positions_is_a_400_naming_it(taught, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A prompt that leaves the model no position to generate in is refused with OpenAI's
+    context_length_exceeded 400, naming the field and both lengths (it was served with a
+    warning); one that fits has its cap lowered to the positions left. A run's endpoint
+    takes the positions from its checkpoint, lowered by engine.max_model_len."""
+    model, tok = taught
+    limit = 64
+
+    async def main() -> list[tuple[int, Any]]:
+        ep = Endpoint(tok, max_positions=limit)
+        await ep.start()
+        s = ep.open("r0", Router({"e": TorchEngine(model)}), max_tokens=32, temperature=1.0,
+                    seed=0)  # fmt: skip
+        long = {"model": "p", "messages": [{"role": "user", "content": "hi " * 200}]}
+        got = []
+        async with httpx.AsyncClient(base_url=s.base_url, timeout=60) as c:
+            for path, body in [
+                ("/chat/completions", long),
+                ("/completions", {"model": "p", "prompt": [5] * limit}),
+                ("/completions", {"model": "p", "prompt": [5] * (limit - 3)}),
+            ]:
+                r = await c.post(path, json=body)
+                got.append((r.status_code, r.json()))
+        await ep.close()
+        return got
+
+    (chat, err), (text, err2), (ok, reply) = asyncio.run(main())
+    e = err["error"]
+    assert (chat, e["type"], e["param"], e["code"]) == (
+        400, "invalid_request_error", "messages", "context_length_exceeded"
+    )  # fmt: skip
+    assert f"maximum context length is {limit} tokens" in e["message"]
+    assert (
+        text == 400
+        and err2["error"]["param"] == "prompt"
+        and f"are {limit} tokens" in (err2["error"]["message"])
+    )
+    assert ok == 200 and reply["usage"]["completion_tokens"] <= 3
+
+    cfg = RunConfig.from_dict({"model": {"layers": 1}})
+    md = make_model_dir(cfg, tmp_path)
+    assert SessionFactory(cfg, md, ListSink(), lambda: 0.0).positions() == 4096
+    low = RunConfig.from_dict({"model": {"layers": 1}, "engine": {"max_model_len": 1000}})
+    assert SessionFactory(low, md, ListSink(), lambda: 0.0).positions() == 1000

@@ -27,6 +27,7 @@ from gyre_core.rollout.router import Router
 from gyre_core.rollout.task_env import make_env
 from gyre_core.rollout.torch_engine import TorchEngine
 from gyre_core.runtime.session import make_model_dir
+from gyre_core.trajectory.failures import left_out
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "react_agent" / "agent.py"
 CFG = RolloutConfig(max_turns=5, max_new_tokens=16, token_budget=4096, time_budget_s=120.0)
@@ -41,7 +42,7 @@ def policy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
 
 
 def play(
-    policy: tuple[Any, Any], agent: ExternalAgent, cfg: RolloutConfig = CFG
+    policy: tuple[Any, Any], agent: ExternalAgent, cfg: RolloutConfig = CFG, engine: Any = None
 ) -> tuple[Any, ListSink, Any]:
     model, tok = policy
     env = make_env("coding", "train", 0)
@@ -51,7 +52,7 @@ def play(
         ep = Endpoint(tok)
         await ep.start()
         try:
-            router = Router({"e": TorchEngine(model)})
+            router = Router({"e": engine or TorchEngine(model)})
             return await run_external(
                 agent, env, ep, router, cfg, rollout_id="r0", sink=sink, seed=3
             )
@@ -80,6 +81,7 @@ def test_a_crashing_command_fails_its_rollout_with_its_stderr(policy) -> None:  
     code = "import sys; sys.stderr.write('agent blew up\\n'); sys.exit(3)"
     r, sink, _ = play(policy, ExternalAgent(command=(sys.executable, "-c", code)))
     assert r.status == "failed" and r.calls == [] and r.progress == 0.0
+    assert r.failure == "agent" and left_out(r) == "excluded_agent"  # before its first call
     assert (
         "exited with code 3" in r.extra["stop_reason"]
         and "agent blew up" in r.extra["agent_stderr"]
@@ -148,6 +150,29 @@ def test_a_callable_agent_that_raises_fails_its_rollout_alone(policy) -> None:  
     r, _, _ = play(policy, ExternalAgent(call=agent))
     assert r.status == "failed" and "the agent's own bug" in r.extra["stop_reason"]
     assert len(r.calls) == 1  # what it did before failing is kept
+    assert r.failure == "agent" and left_out(r) == ""  # a legitimate 0: scored
+
+
+def test_an_agent_that_fails_on_the_engines_error_is_an_engine_failure(policy) -> None:  # type: ignore[no-untyped-def]
+    """The engine could not serve a call, the agent gave up on the 500: the rollout's
+    failure is the engine's, and it stays out of its group's statistics."""
+
+    class Broken(TorchEngine):
+        async def generate(self, prompt_ids, params, *, request_id):  # type: ignore[no-untyped-def]
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    async def agent(task: AgentTask) -> None:
+        from openai import AsyncOpenAI
+
+        client = AsyncOpenAI(base_url=task.base_url, api_key=task.api_key, max_retries=0)
+        await client.chat.completions.create(
+            model=task.model, messages=[{"role": "user", "content": task.prompt}]
+        )
+
+    r, _, _ = play(policy, ExternalAgent(call=agent), engine=Broken(policy[0]))
+    assert (r.status, r.failure, r.calls) == ("failed", "engine", [])
+    assert "no engine available" in r.extra["engine_error"]  # the router marked it dead
+    assert left_out(r) == "excluded_engine"
 
 
 def test_plugin_paths_are_refused_by_field() -> None:

@@ -14,12 +14,15 @@ import pytest
 from gyre_core.config import ConfigError, RunConfig
 from gyre_core.events import ListSink
 from gyre_core.rollout.config import RolloutConfig
-from gyre_core.rollout.plugins import PluginEnv, PluginError, read_tasks, run_suite, settle_reward
+from gyre_core.rollout.evaluation import settle_reward
+from gyre_core.rollout.plugins import PluginEnv, PluginError, read_tasks, run_suite
 from gyre_core.rollout.router import Router
 from gyre_core.rollout.suites import CodingSuite
 from gyre_core.rollout.torch_engine import TorchEngine
 from gyre_core.runtime.benchmark import benchmark
 from gyre_core.runtime.session import SessionFactory, make_model_dir
+from gyre_core.trajectory.failures import left_out
+from gyre_core.trajectory.format import Rollout
 
 ENV = "tests.rollout.plugins.word_env:WordEnv"
 
@@ -123,6 +126,7 @@ def test_run_sessions_play_a_plugin_with_its_task_file_and_reward(tmp_path) -> N
         and len(crash.calls) == 1
     )
     assert boom.status == "failed" and "the task could not start" in boom.extra["env_error"]
+    assert (crash.failure, boom.failure, apple.failure) == ("environment", "environment", "")
     score = asyncio.run(benchmark(factory, router, 0))  # the file's benchmark split
     assert 0.0 <= score <= 1.0
     # a reward function that raises fails its rollout alone
@@ -130,6 +134,48 @@ def test_run_sessions_play_a_plugin_with_its_task_file_and_reward(tmp_path) -> N
                                   "rollout": {**d["rollout"], "reward_fn": "tests.rollout.plugins.word_env:broken_reward"}})  # fmt: skip
     r = asyncio.run(SessionFactory(broken, model_dir, sink, lambda: 0.0).session(0, router, None))  # type: ignore[arg-type]
     assert r.status == "failed" and r.reward == 0.0 and "cannot score" in r.extra["reward_error"]
+    # ... tried 1 + rollout.eval_retries times, then dropped: an evaluation failure
+    assert (r.failure, r.extra["eval_tries"]) == ("evaluation", 3)
+
+
+class Flaky:
+    """A plugin whose grading raises its first ``fails`` times (a test runner that timed
+    out, a lost connection to a grading service)."""
+
+    def __init__(self, fails: int) -> None:
+        self.fails = fails
+
+    def reset(self) -> str:
+        return "go"
+
+    def step(self, action: str) -> tuple[str, bool]:
+        return "ok", True
+
+    def progress(self) -> float:
+        if self.fails:
+            self.fails -= 1
+            raise TimeoutError("the grader did not answer")
+        return 0.5
+
+
+def flaky_rollout() -> Rollout:
+    return Rollout("r", "t", "completed", 0.0, [], "g")
+
+
+def test_an_evaluation_that_raises_is_retried_then_the_rollout_dropped() -> None:
+    r, env = flaky_rollout(), PluginEnv(Flaky(2), "t")
+    settle_reward(r, env, "progress", None, retries=2)  # third try succeeds
+    assert (r.status, r.failure, r.progress, r.reward, r.extra["eval_tries"]) == (
+        "completed", "", 0.5, 0.5, 3
+    )  # fmt: skip
+    r, env = flaky_rollout(), PluginEnv(Flaky(3), "t")
+    settle_reward(r, env, "partial", None, retries=2)  # every try fails: dropped, not a 0
+    assert (r.status, r.failure, r.extra["eval_tries"]) == ("failed", "evaluation", 3)
+    assert "TimeoutError: the grader did not answer" in r.extra["reward_error"]
+    assert left_out(r) == "dropped_evaluation"
+    # grading that raised during play does not end the episode: evaluation is retried after
+    env = PluginEnv(Flaky(1), "t")
+    assert env.progress() == 0.0 and env.error is None and env.step("x") == ("ok", True)
 
 
 def test_a_built_in_suite_is_a_plugin_like_any_other(tmp_path) -> None:  # type: ignore[no-untyped-def]

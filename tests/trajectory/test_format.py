@@ -97,7 +97,21 @@ BAD = [
     ("calls.1.prefix.tokens", 6, "calls[1].prefix.tokens", "6 exceeds the 5 tokens of call 'c1'"),
     ("calls.0.prompt_ids", [], "calls[0].prompt_ids", "the full prompt is empty"),
     ("calls.0.completion_ids", KeyError, "calls[0].completion_ids", "missing required field"),
+    ("failure", "engine", "failure", "set on a rollout of status 'timeout'"),
 ]
+
+
+def test_failure_is_read_written_and_optional(tmp_path):
+    """A failed rollout says what failed; a log without the field still reads ("")."""
+    failed = GOOD | {"rollout_id": "f", "status": "failed", "failure": "environment"}
+    old = GOOD | {"rollout_id": "o", "status": "failed"}
+    bad = GOOD | {"rollout_id": "b", "status": "failed", "failure": "disk"}
+    a, b = read_rollouts(write_lines(tmp_path, failed, old))
+    assert (a.failure, b.failure) == ("environment", "")
+    assert "failure" not in a.extra and rollout_to_json(a)["failure"] == "environment"
+    assert "failure" not in rollout_to_json(b)
+    with pytest.raises(TrajectoryFormatError, match="failure: expected one of agent, environment"):
+        list(read_rollouts(write_lines(tmp_path, bad)))
 
 
 @pytest.mark.parametrize(("path", "value", "field", "problem"), BAD)

@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gyre_core.trajectory.pack import PathTooLongError, pack_trees
+from gyre_core.trajectory.pack import pack_trees, tokens_cut
 from gyre_core.trajectory.rewards import assign_weights
 from gyre_core.trajectory.stats import tree_stats
 from gyre_core.trajectory.tree import build_trees
@@ -79,11 +78,11 @@ def test_packing_invariants(rollouts, mode, max_tokens):
     ref = Naive(rollouts)
     for t in trees.values():
         assign_weights(t, mode=mode)
-    longest = max(len(k) for _, k in ref.leaves())
-    if longest > max_tokens:
-        with pytest.raises(PathTooLongError):
-            pack_trees(trees.values(), max_tokens)
-        return
+    # a path longer than the bound is cut: positions at depth >= max_tokens (a key of
+    # more than max_tokens tokens) are left out, and counted
+    kept = {k: p for k, p in ref.pos.items() if len(k[1]) <= max_tokens}
+    cut = sum(tokens_cut(t, max_tokens) for t in trees.values())
+    assert cut == len(ref.pos) - len(kept)
     samples = pack_trees(trees.values(), max_tokens)
     trained: list[tuple[str, tuple[int, ...]]] = []
     for s in samples:
@@ -104,5 +103,5 @@ def test_packing_invariants(rollouts, mode, max_tokens):
                 assert (s.logprob[i], s.version[i]) == (pos.logprob, pos.version)
             else:
                 assert s.advantage[i] == 0.0
-    assert sorted(trained) == sorted(k for k, p in ref.pos.items() if p.generated)
+    assert sorted(trained) == sorted(k for k, p in kept.items() if p.generated)
     assert len(set(trained)) == len(trained), "a generated token trained twice"
