@@ -149,6 +149,8 @@ class Loop:
         self.errors: list[BaseException] = []
         self.background: set[asyncio.Task[Any]] = set()
         self.imported = start.imported
+        self.groups_dropped = 0  # stale groups dropped since the last step (batching.py)
+        self.replaced = 0  # sessions started in place of dropped ones
         # the version the rollout engines serve: a step's version counts for admission only
         # once its weights are published (the trainer's runs ahead while they go out)
         self.published = trainer.version
@@ -219,6 +221,7 @@ class Loop:
             if task.done():
                 del self.sessions[idx]
                 self.ready.append(task.result())
+        self._drop_stale()
 
     def snapshot(self, live: list[UnitSlot]) -> Snapshot:
         calls = self.router.calls_by_engine()
@@ -250,14 +253,38 @@ class Loop:
             train_tok_s=_rate(self.counters),
         )
 
-    def _usable(self) -> list[int]:
-        """Positions in ``ready`` in the order the next steps train them (batching.py)."""
-        return batching.usable(
+    def _selection(self) -> batching.Selection:
+        """Which of ``ready`` the next steps train, in order, and which are stale groups
+        (batching.py; a rollout's group is ``index // rollout.group_size``)."""
+        groups = batching.Groups(
+            self.plan.config.rollout.group_size,
+            [_span(r) for r in self.ready],
+            self.plan.staleness,
+        )
+        return batching.select(
             [rollout_index(r) for r in self.ready],
             self.per_step,
             self.trainer.version,
             self.plan.batch_order,
+            groups,
         )
+
+    def _usable(self) -> list[int]:
+        """Positions in ``ready`` in the order the next steps train them (batching.py)."""
+        return self._selection().usable
+
+    def _drop_stale(self) -> None:
+        """Complete groups every token of which is past the staleness bound leave ``ready``
+        untrained (counted for the next step's ``groups_dropped_stale``); as many new
+        sessions, whole groups again, take their place so that the run fills its steps."""
+        stale = set(self._selection().stale)
+        if not stale:
+            return
+        self.ready = [r for p, r in enumerate(self.ready) if p not in stale]
+        self.groups_dropped += len(stale) // self.plan.config.rollout.group_size
+        fresh = self.total + self.replaced  # new indices: whole groups past the run's own
+        self.pending += range(fresh, fresh + len(stale))
+        self.replaced += len(stale)
 
     # ------------------------------------------------------------------ role switches
 
@@ -376,6 +403,7 @@ class Loop:
         started = self.clock()
         try:
             version = self.trainer.version
+            self._drop_stale()
             picked = self._usable()[: self.per_step]
             if len(picked) < self.per_step:  # the policy starts a step only on a full batch
                 return
@@ -408,6 +436,12 @@ class Loop:
             metrics.update(
                 train_s=train_s, dp_width=float(width), weight_sync_s=time.perf_counter() - t1
             )
+            if (
+                self.plan.config.rollout.group_size > 1
+                and self.plan.batch_order == batching.ARRIVAL
+            ):
+                metrics["groups_dropped_stale"] = float(self.groups_dropped)
+                self.groups_dropped = 0
             await self.on_step(own + record, metrics, trees)
             self.counters.step_spans.append((started, self.clock(), len(replicas)))
         finally:
@@ -461,6 +495,12 @@ class Loop:
 def rollout_index(r: Rollout) -> int:
     """The session index a run's rollout was started with (its id is ``r<index>``)."""
     return int(r.rollout_id[1:])
+
+
+def _span(r: Rollout) -> batching.Span:
+    """The oldest and newest policy version of ``r``'s decoded tokens (None: it has none)."""
+    versions = [v for c in r.calls if len(c.versions) for v in (c.versions.min(), c.versions.max())]
+    return (int(min(versions)), int(max(versions))) if versions else None
 
 
 def _tokens(r: Rollout) -> int:
