@@ -102,6 +102,7 @@ class Simulator:
         self.live = 0
         self.ready: list[int] = []  # finished sessions not yet trained, in finish order
         self.extra: list[TraceRollout] = []  # sessions run in place of dropped stale groups
+        self.batches: list[list[int]] = []  # each step's sessions, as batching chose them
         self.groups_reported = 0  # stale groups counted in steps' figures so far
         self._selection: tuple[tuple[int, int], batching.Selection] | None = None
         self.ready_tokens = 0  # the tokens those sessions hold
@@ -430,6 +431,7 @@ class Simulator:
             batch, chosen = [self.ready[p] for p in picked], set(picked)
             self.ready = [i for p, i in enumerate(self.ready) if p not in chosen]
         self._selection = None
+        self.batches.append(batch)
         self.ready_tokens -= sum(self.sessions[i].tokens for i in batch)
         step = self.version + 1
         tokens = 0
