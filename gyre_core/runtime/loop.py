@@ -37,12 +37,12 @@ import ray
 from gyre_core import events as ev
 from gyre_core.cluster import IDLE, ROLLOUT, SWITCHING, TRAIN
 from gyre_core.rollout.router import Router
+from gyre_core.runtime import batches
 from gyre_core.runtime.inventory import read_inventory
 from gyre_core.runtime.nccl_publish import NcclPublisher
 from gyre_core.runtime.plan import RunPlan
 from gyre_core.runtime.ray_backend import UnitEngine
 from gyre_core.runtime.train_group import TrainGroup, UnitsLost
-from gyre_core.scheduler import batching
 from gyre_core.scheduler.base import Policy, Snapshot
 from gyre_core.trajectory.format import Rollout
 from gyre_core.trajectory.tree import PrefixTree
@@ -253,31 +253,15 @@ class Loop:
             train_tok_s=_rate(self.counters),
         )
 
-    def _selection(self) -> batching.Selection:
-        """Which of ``ready`` the next steps train, in order, and which are stale groups
-        (batching.py; a rollout's group is ``index // rollout.group_size``)."""
-        groups = batching.Groups(
-            self.plan.config.rollout.group_size,
-            [_span(r) for r in self.ready],
-            self.plan.staleness,
-        )
-        return batching.select(
-            [rollout_index(r) for r in self.ready],
-            self.per_step,
-            self.trainer.version,
-            self.plan.batch_order,
-            groups,
-        )
-
     def _usable(self) -> list[int]:
         """Positions in ``ready`` in the order the next steps train them (batching.py)."""
-        return self._selection().usable
+        return batches.select(self.ready, self.plan, self.trainer.version).usable
 
     def _drop_stale(self) -> None:
         """Complete groups every token of which is past the staleness bound leave ``ready``
         untrained (counted for the next step's ``groups_dropped_stale``); as many new
         sessions, whole groups again, take their place so that the run fills its steps."""
-        stale = set(self._selection().stale)
+        stale = set(batches.select(self.ready, self.plan, self.trainer.version).stale)
         if not stale:
             return
         self.ready = [r for p, r in enumerate(self.ready) if p not in stale]
@@ -436,10 +420,7 @@ class Loop:
             metrics.update(
                 train_s=train_s, dp_width=float(width), weight_sync_s=time.perf_counter() - t1
             )
-            if (
-                self.plan.config.rollout.group_size > 1
-                and self.plan.batch_order == batching.ARRIVAL
-            ):
+            if batches.grouped(self.plan):
                 metrics["groups_dropped_stale"] = float(self.groups_dropped)
                 self.groups_dropped = 0
             await self.on_step(own + record, metrics, trees)
@@ -490,17 +471,6 @@ class Loop:
         await asyncio.gather(*self.sessions.values(), return_exceptions=True)
         self.sessions.clear()
         await asyncio.gather(*self.background, return_exceptions=True)
-
-
-def rollout_index(r: Rollout) -> int:
-    """The session index a run's rollout was started with (its id is ``r<index>``)."""
-    return int(r.rollout_id[1:])
-
-
-def _span(r: Rollout) -> batching.Span:
-    """The oldest and newest policy version of ``r``'s decoded tokens (None: it has none)."""
-    versions = [v for c in r.calls if len(c.versions) for v in (c.versions.min(), c.versions.max())]
-    return (int(min(versions)), int(max(versions))) if versions else None
 
 
 def _tokens(r: Rollout) -> int:

@@ -16,7 +16,6 @@ weights exist.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from gyre_core import events as ev
@@ -26,6 +25,7 @@ from gyre_core.scheduler.base import Decision, Policy, Snapshot
 from gyre_core.sim.costs import CostError, CostModel
 from gyre_core.sim.ps_queue import Call, Engine
 from gyre_core.sim.queue import DEADLINE, DONE, DRAINED, READY, STEP, SWITCHED, EventQueue
+from gyre_core.sim.ready import Ready
 from gyre_core.sim.router import Router
 from gyre_core.sim.session import Session, Stats
 from gyre_core.sim.summary import summarize
@@ -100,14 +100,9 @@ class Simulator:
         )
         self.sessions: list[Session] = []
         self.live = 0
-        self.ready: list[int] = []  # finished sessions not yet trained, in finish order
-        self.extra: list[TraceRollout] = []  # sessions run in place of dropped stale groups
-        self.batches: list[list[int]] = []  # each step's sessions, as batching chose them
-        self.groups_reported = 0  # stale groups counted in steps' figures so far
-        self._selection: tuple[tuple[int, int], batching.Selection] | None = None
-        self.ready_tokens = 0  # the tokens those sessions hold
         self.version = 0
         self.stats = Stats()
+        self.ready = Ready(self.sessions, costs, batch_order, self.stats)
         self.router = Router(
             self.cluster,
             self.engines,
@@ -173,11 +168,7 @@ class Simulator:
     def snapshot(self) -> Snapshot:
         c = self.costs
         started = len(self.sessions) - self.stats.rollouts_dropped
-        ready, ready_tokens = len(self.ready), self.ready_tokens
-        if self.batch_order != batching.ARRIVAL or c.group_size > 1:  # only the batches
-            usable = self.selection().usable  # steps can take next
-            ready = len(usable)
-            ready_tokens = sum(self.sessions[self.ready[p]].tokens for p in usable)
+        ready, ready_tokens = self.ready.usable(self.version)  # what steps can take next
         return Snapshot(
             t=self.t,
             roles=tuple(self.cluster.roles),
@@ -193,7 +184,7 @@ class Simulator:
             ready=ready,
             ready_tokens=ready_tokens,
             started=started,
-            remaining=len(self.trace) + len(self.extra) - len(self.sessions),
+            remaining=len(self.trace) + len(self.ready.extra) - len(self.sessions),
             version=self.version,
             steps_total=self.steps_total,
             training=self.training,
@@ -207,43 +198,12 @@ class Simulator:
             min_train=c.min_train_units,
         )
 
-    def selection(self) -> batching.Selection:
-        """batching.py's choice over ``ready`` (remade when ``ready`` or the version
-        changes; a session's group is its index // ``group_size``, as in the runtime)."""
-        key = (self.version, self.stats.events)
-        if self._selection is None or self._selection[0] != key:
-            spans = [_span(self.sessions[i]) for i in self.ready]
-            groups = batching.Groups(self.costs.group_size, spans, self.costs.staleness)
-            sel = batching.select(
-                self.ready, self.costs.rollouts_per_step, self.version, self.batch_order, groups
-            )
-            self._selection = (key, sel)
-        return self._selection[1]
-
-    def drop_stale(self) -> None:
-        """Complete groups every token of which is past the staleness bound leave ``ready``
-        untrained, counted; as many sessions (copies of their trace rollouts) are added so
-        that the run still fills its steps (the runtime does the same)."""
-        stale = set(self.selection().stale) if self.costs.group_size > 1 else set()
-        if not stale:
-            return
-        dropped = [self.ready[p] for p in sorted(stale)]
-        self.ready = [i for p, i in enumerate(self.ready) if p not in stale]
-        self._selection = None
-        self.ready_tokens -= sum(self.sessions[i].tokens for i in dropped)
-        self.stats.groups_dropped_stale += len(dropped) // self.costs.group_size
-        self.stats.rollouts_dropped += len(dropped)
-        for i in dropped:
-            tr = self.sessions[i].trace
-            again = f"{tr.rollout_id}+{len(self.extra)}"
-            self.extra.append(replace(tr, rollout_id=again, group_id=f"{tr.group_id}+"))
-
     def decide(self) -> None:
-        self.drop_stale()
+        self.ready.drop_stale(self.version)
         d: Decision = self.policy.decide(self.snapshot())
         for u, role in sorted(d.targets.items()):
             self.switches.begin(u, role)
-        for _ in range(min(d.admit, len(self.trace) + len(self.extra) - len(self.sessions))):
+        for _ in range(min(d.admit, len(self.trace) + len(self.ready.extra) - len(self.sessions))):
             self.admit()
         if d.start_step:
             self.start_step()
@@ -252,7 +212,7 @@ class Simulator:
 
     def admit(self) -> None:
         i = len(self.sessions)
-        tr = self.trace[i] if i < len(self.trace) else self.extra[i - len(self.trace)]
+        tr = self.trace[i] if i < len(self.trace) else self.ready.extra[i - len(self.trace)]
         s = Session(i, tr, self.t, self.t + tr.timeout_s)
         self.sessions.append(s)
         self.live += 1
@@ -384,9 +344,7 @@ class Simulator:
         s.status, s.finished = status, self.t
         self.router.set_unit(s, -1)
         self.live -= 1
-        self.ready.append(s.index)
-        self._selection = None
-        self.ready_tokens += s.tokens
+        self.ready.add(s)
         v = sorted(s.versions) or [self.version]
         self.sink.emit(
             ev.RolloutFinished(
@@ -418,21 +376,11 @@ class Simulator:
 
     def start_step(self) -> None:
         units = self.cluster.with_role(TRAIN)
-        b = self.costs.rollouts_per_step
-        if self.training or not units or len(self.ready) < b:
+        if self.training or not units:
             return
-        if self.batch_order == batching.ARRIVAL and self.costs.group_size == 1:
-            batch, self.ready = self.ready[:b], self.ready[b:]
-        else:
-            self.drop_stale()
-            picked = self.selection().usable[:b]
-            if len(picked) < b:
-                return
-            batch, chosen = [self.ready[p] for p in picked], set(picked)
-            self.ready = [i for p, i in enumerate(self.ready) if p not in chosen]
-        self._selection = None
-        self.batches.append(batch)
-        self.ready_tokens -= sum(self.sessions[i].tokens for i in batch)
+        batch = self.ready.take(self.version)
+        if batch is None:
+            return
         step = self.version + 1
         tokens = 0
         for i in batch:
@@ -458,22 +406,12 @@ class Simulator:
                 t=self.t,
                 step=step,
                 version=step,
-                metrics=self.step_metrics(),
+                metrics=self.ready.step_metrics(),
             )
         )
         if self.version < self.steps_total:
             self.publish()
         return True
-
-    def step_metrics(self) -> dict[str, float]:
-        """A step's figures: tokens masked so far and, when ``arrival`` takes whole groups,
-        the stale groups dropped since the step before."""
-        out = {"tokens_masked": float(self.stats.tokens_masked)}
-        if self.batch_order == batching.ARRIVAL and self.costs.group_size > 1:
-            dropped = self.stats.groups_dropped_stale
-            out["groups_dropped_stale"] = float(dropped - self.groups_reported)
-            self.groups_reported = dropped
-        return out
 
     def publish(self) -> None:
         """Weight sync to every running engine: it pauses, its in-flight calls' tokens so
@@ -506,9 +444,3 @@ class Simulator:
             steps=self.version,
             units=len(self.cluster),
         )
-
-
-def _span(s: Session) -> batching.Span:
-    """The oldest and newest version of the session's decoded tokens (None: none)."""
-    versions = [v for v, n in s.versions.items() if n > 0]
-    return (min(versions), max(versions)) if versions else None

@@ -217,8 +217,8 @@ def test_arrival_trains_whole_groups_and_index_is_unchanged() -> None:
     }
     for sim in sims.values():
         sim.run()
-    assert [sorted(b) for b in sims["arrival"].batches] == [[2, 3], [0, 1]]
-    assert [sorted(b) for b in sims["index"].batches] == [[0, 1], [2, 3]]
+    assert [sorted(b) for b in sims["arrival"].ready.batches] == [[2, 3], [0, 1]]
+    assert [sorted(b) for b in sims["index"].ready.batches] == [[0, 1], [2, 3]]
     assert sims["arrival"].stats.groups_dropped_stale == 0
 
 
@@ -232,7 +232,7 @@ def test_a_group_past_the_staleness_bound_is_dropped_counted_and_replaced() -> N
     sim = Simulator(trace, costs, Async(1, 1), sink=sink)
     out = sim.run()
     assert out["steps"] == 2 and sim.stats.groups_dropped_stale == 1
-    assert [sorted(b) for b in sim.batches] == [[0, 1], [4, 5]]
+    assert [sorted(b) for b in sim.ready.batches] == [[0, 1], [4, 5]]
     assert [e.metrics["groups_dropped_stale"] for e in sink.of(ev.StepFinished)] == [0.0, 1.0]
     assert out["tokens_masked"] == 0  # no stale token was trained (nor masked)
     started = [e.rollout_id for e in sink.of(ev.RolloutStarted)]
