@@ -27,7 +27,7 @@ own version).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 ARRIVAL, INDEX = "arrival", "index"
@@ -103,25 +103,54 @@ def _by_index(ready: Sequence[int], per_step: int, step: int) -> list[int]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Complete:
+    """A group every member of which finished: its number (``index // size``), the
+    :data:`Span` of its members' tokens together and when its last member finished (a
+    count that grows with finish order)."""
+
+    number: int
+    span: Span
+    last: int
+
+
+def merge(spans: Iterable[Span]) -> Span:
+    """The span of several rollouts' tokens together (None: none of them has a token)."""
+    known = [s for s in spans if s is not None]
+    return (min(s[0] for s in known), max(s[1] for s in known)) if known else None
+
+
+def rank(
+    complete: Iterable[Complete], step: int, staleness: int | None
+) -> tuple[list[Complete], list[Complete]]:
+    """Complete groups in the order steps from ``step`` on train them (the oldest token
+    version first, ties by the finish of the last member; a group without tokens ranks as
+    ``step``), and those every token of which is past ``staleness`` (never trained)."""
+    ranked: list[Complete] = []
+    stale: list[Complete] = []
+    for g in complete:
+        past = staleness is not None and g.span is not None and g.span[1] < step - staleness
+        (stale if past else ranked).append(g)
+    ranked.sort(key=lambda g: (g.span[0] if g.span is not None else step, g.last))
+    return ranked, stale
+
+
 def _by_group(ready: Sequence[int], step: int, groups: Groups) -> Selection:
-    spans, staleness = groups.spans, groups.staleness
     members_of: dict[int, list[int]] = {}
     for pos, idx in enumerate(ready):
         members_of.setdefault(idx // groups.size, []).append(pos)
-    ranked: list[tuple[tuple[int, int], list[int]]] = []
-    stale: list[int] = []
-    for members in members_of.values():
-        if len(members) < groups.size:  # a member still runs: the group waits
-            continue
-        known = [s for s in (spans[p] for p in members) if s is not None] if spans else []
-        newest = max((s[1] for s in known), default=None)
-        if staleness is not None and newest is not None and newest < step - staleness:
-            stale += members
-            continue
-        oldest = min((s[0] for s in known), default=step)
-        ranked.append(((oldest, max(members)), sorted(members, key=lambda p: ready[p])))
-    ranked.sort(key=lambda kv: kv[0])
-    return Selection([p for _, members in ranked for p in members], sorted(stale))
+    spans = groups.spans
+    complete = [
+        Complete(g, merge(spans[p] for p in members) if spans else None, max(members))
+        for g, members in members_of.items()
+        if len(members) == groups.size  # else a member still runs: the group waits
+    ]
+    ranked, stale = rank(complete, step, groups.staleness)
+
+    def positions(gs: list[Complete]) -> list[int]:
+        return [p for g in gs for p in sorted(members_of[g.number], key=lambda p: ready[p])]
+
+    return Selection(positions(ranked), sorted(positions(stale)))
 
 
 def usable(
