@@ -192,6 +192,16 @@ def weights_diff(a: Path, b: Path) -> str:
     return "weights " + (" ".join(parts) or "(no common checkpoints)")
 
 
+def _paths(summary: dict[str, Any]) -> str:
+    """The run's path accounting (``train.max_paths``): paths and generated tokens trained
+    of those stored, summed over its steps."""
+    p = summary.get("paths") or {}
+    if not p:
+        return "(not recorded)"
+    return (f"{p['paths_taken']:.0f}/{p['paths_total']:.0f}, generated tokens "
+            f"{p['tokens_trained']:.0f}/{p['tokens_stored']:.0f}")  # fmt: skip
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default="", help="default: elastic,colocate,async,elastic-binary")
@@ -251,6 +261,7 @@ def main() -> int:
             f"(gain {s['benchmark_after'] - s['benchmark_before']:+.3f})  steps {s['steps']}  "
             f"warm start {s.get('warm_start_s', 0.0):.0f} s  RL {s.get('rl_wall_s', 0.0):.0f} s  "
             f"wall {s['wall_s']:.0f} s\n  train progress by step: {prog}\n"
+            f"  train s/step {s.get('train_s_mean', 0.0):.3f}  paths {_paths(s)}\n"
             f"  benchmark by version: {bench} (scored in {time.perf_counter() - t0:.0f} s)\n"
             f"  loadavg: {Path('/proc/loadavg').read_text().strip()}",
             flush=True,

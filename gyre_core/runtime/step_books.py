@@ -18,6 +18,7 @@ from gyre_core.train.checkpoint import SHARDED_FORMAT
 from gyre_core.train.checkpoint import prune_checkpoints as prune
 from gyre_core.train.checkpoint_dirs import STATE_FILE, latest_checkpoint
 from gyre_core.trajectory.format import Rollout, read_rollouts
+from gyre_core.trajectory.paths import PATH_FIGURES
 from gyre_core.trajectory.stats import tree_stats
 from gyre_core.trajectory.tree import PrefixTree, build_trees
 from gyre_core.trajectory.writer import write_rollouts
@@ -162,7 +163,8 @@ class StepBooks:
         warm: WarmStart,
     ) -> dict[str, Any]:
         """The run's ``summary.json``: what the loop, the router and these books counted,
-        the benchmark before and after RL, and the warm start's figures."""
+        the benchmark before and after RL, the warm start's figures, and ``paths``: the
+        steps' path accounting summed over the run (``trajectory.paths.path_figures``)."""
         c, first = loop.counters, sessions.first_rollout_at
         steps = self.step_rows
         return {
@@ -184,6 +186,7 @@ class StepBooks:
             "switch_s_mean": round(sum(c.switch_s) / max(1, len(c.switch_s)), 3),
             "weight_sync_s_mean": round(sum(c.weight_sync_s) / max(1, len(c.weight_sync_s)), 3),
             "train_s_mean": round(sum(c.train_s) / max(1, len(c.train_s)), 3),
+            "paths": {k: sum(row.get(k, 0.0) for row in steps) for k in PATH_FIGURES},
             "reward_by_step": [round(s.get("reward", 0.0), 4) for s in steps],
             "progress_by_step": [round(s.get("progress", 0.0), 4) for s in steps],
             "warm_start_s": warm.warm_start_s,

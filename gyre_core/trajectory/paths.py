@@ -214,14 +214,15 @@ def prune(tree: PrefixTree) -> None:
             n.children = {t: c for t, c in n.children.items() if keep[c]}
 
 
+PATH_FIGURES = ("paths_taken", "paths_total", "tokens_trained", "tokens_stored", "tokens_context")
+
+
 def path_figures(trees: Iterable[PrefixTree]) -> dict[str, float]:
     """A batch's accounting: ``paths_taken`` of ``paths_total`` (branch ends, over every
     execution), ``tokens_trained`` (taken generated positions) of ``tokens_stored``
     (generated positions before sampling), ``tokens_context`` (positions left in the trees
     that are not trained: prompts, tool outputs, untaken positions a taken path shares)."""
-    out = dict.fromkeys(
-        ("paths_taken", "paths_total", "tokens_trained", "tokens_stored", "tokens_context"), 0
-    )
+    out = dict.fromkeys(PATH_FIGURES, 0)
     for tree in trees:
         total = sum(len(e) for e in branch_ends(tree).values())
         out["paths_total"] += total

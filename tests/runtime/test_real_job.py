@@ -170,7 +170,8 @@ def test_a_path_sampled_run_reports_its_paths_in_each_step(ray_cluster, model_di
     # the batch its trainer sampled, the same seeded draw as BatchPlan makes offline
     sink = ListSink()
     cfg = _cfg(model_dir, seed=3, train={"max_paths": 1})
-    assert run_job(cfg, sink=sink, workdir=tmp_path)["status"] == "succeeded"
+    summary = run_job(cfg, sink=sink, workdir=tmp_path)
+    assert summary["status"] == "succeeded"
     steps = [e.metrics for e in sink.events if e.kind == "step_finished"]
     written = [e for e in sink.events if e.kind == "rollouts_written"]
     assert len(steps) == len(written) == 2
@@ -181,6 +182,8 @@ def test_a_path_sampled_run_reports_its_paths_in_each_step(ray_cluster, model_di
         assert {k: metrics[k] for k in want} == want
         assert metrics["paths_taken"] == e.rollouts  # one path of each rollout
         assert metrics["tokens_trained"] <= metrics["tokens_stored"]
+    # the run's summary sums them over its steps (learning_bench prints it)
+    assert summary["paths"] == {k: sum(m[k] for m in steps) for k in want}
 
 
 def _weights(workdir):
