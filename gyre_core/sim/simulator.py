@@ -25,7 +25,6 @@ from gyre_core.scheduler.base import Decision, Policy, Snapshot
 from gyre_core.sim.costs import CostError, CostModel
 from gyre_core.sim.ps_queue import Call, Engine
 from gyre_core.sim.queue import DEADLINE, DONE, DRAINED, READY, STEP, SWITCHED, EventQueue
-from gyre_core.sim.ready import Ready
 from gyre_core.sim.router import Router
 from gyre_core.sim.session import Session, Stats
 from gyre_core.sim.summary import summarize
@@ -100,9 +99,10 @@ class Simulator:
         )
         self.sessions: list[Session] = []
         self.live = 0
+        self.ready: list[int] = []  # finished sessions not yet trained, in finish order
+        self.ready_tokens = 0  # the tokens those sessions hold
         self.version = 0
         self.stats = Stats()
-        self.ready = Ready(self.sessions, costs, batch_order, self.stats)
         self.router = Router(
             self.cluster,
             self.engines,
@@ -167,8 +167,14 @@ class Simulator:
 
     def snapshot(self) -> Snapshot:
         c = self.costs
-        started = len(self.sessions) - self.stats.rollouts_dropped
-        ready, ready_tokens = self.ready.usable(self.version)  # what steps can take next
+        started = len(self.sessions)
+        ready, ready_tokens = len(self.ready), self.ready_tokens
+        if self.batch_order != batching.ARRIVAL:  # only the batches steps can take next
+            usable = batching.usable(
+                self.ready, c.rollouts_per_step, self.version, self.batch_order
+            )
+            ready = len(usable)
+            ready_tokens = sum(self.sessions[self.ready[p]].tokens for p in usable)
         return Snapshot(
             t=self.t,
             roles=tuple(self.cluster.roles),
@@ -184,7 +190,7 @@ class Simulator:
             ready=ready,
             ready_tokens=ready_tokens,
             started=started,
-            remaining=len(self.trace) + len(self.ready.extra) - len(self.sessions),
+            remaining=len(self.trace) - started,
             version=self.version,
             steps_total=self.steps_total,
             training=self.training,
@@ -199,11 +205,10 @@ class Simulator:
         )
 
     def decide(self) -> None:
-        self.ready.drop_stale(self.version)
         d: Decision = self.policy.decide(self.snapshot())
         for u, role in sorted(d.targets.items()):
             self.switches.begin(u, role)
-        for _ in range(min(d.admit, len(self.trace) + len(self.ready.extra) - len(self.sessions))):
+        for _ in range(min(d.admit, len(self.trace) - len(self.sessions))):
             self.admit()
         if d.start_step:
             self.start_step()
@@ -212,7 +217,7 @@ class Simulator:
 
     def admit(self) -> None:
         i = len(self.sessions)
-        tr = self.trace[i] if i < len(self.trace) else self.ready.extra[i - len(self.trace)]
+        tr = self.trace[i]
         s = Session(i, tr, self.t, self.t + tr.timeout_s)
         self.sessions.append(s)
         self.live += 1
@@ -344,7 +349,8 @@ class Simulator:
         s.status, s.finished = status, self.t
         self.router.set_unit(s, -1)
         self.live -= 1
-        self.ready.add(s)
+        self.ready.append(s.index)
+        self.ready_tokens += s.tokens
         v = sorted(s.versions) or [self.version]
         self.sink.emit(
             ev.RolloutFinished(
@@ -376,11 +382,18 @@ class Simulator:
 
     def start_step(self) -> None:
         units = self.cluster.with_role(TRAIN)
-        if self.training or not units:
+        b = self.costs.rollouts_per_step
+        if self.training or not units or len(self.ready) < b:
             return
-        batch = self.ready.take(self.version)
-        if batch is None:
-            return
+        if self.batch_order == batching.ARRIVAL:
+            batch, self.ready = self.ready[:b], self.ready[b:]
+        else:
+            picked = batching.take(self.ready, b, self.version, self.batch_order)
+            if picked is None:
+                return
+            batch, chosen = [self.ready[p] for p in picked], set(picked)
+            self.ready = [i for p, i in enumerate(self.ready) if p not in chosen]
+        self.ready_tokens -= sum(self.sessions[i].tokens for i in batch)
         step = self.version + 1
         tokens = 0
         for i in batch:
@@ -406,7 +419,7 @@ class Simulator:
                 t=self.t,
                 step=step,
                 version=step,
-                metrics=self.ready.step_metrics(),
+                metrics={"tokens_masked": float(self.stats.tokens_masked)},
             )
         )
         if self.version < self.steps_total:
