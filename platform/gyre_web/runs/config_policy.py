@@ -51,6 +51,7 @@ FREE = (
     "rollout.task_split_field",
     "tracking.mlflow_experiment",
     "tracking.wandb_project",
+    "train.path_roles",  # a comma-separated list of four role names, checked by the config
 )
 _REFERENCE = re.compile(r"^(\w+):(.*)$")
 _CHECKPOINT = re.compile(r"^checkpoint:([0-9]{1,12})(?:@([0-9]{1,12}))?$")
