@@ -125,7 +125,7 @@ class BatchPlan:
                         f"rollout {r.rollout_id!r} call {c.call_id!r} has tokens of version "
                         f"{int(c.versions.max())}, newer than the current version {current_version}"
                     )
-        trees = self.config.weighting.trees(rollouts)
+        trees = self.config.weighting.trees(rollouts, scaled=False)  # scaled last, below
         for tree in trees.values():
             self.config.path_sampling.apply(tree, self.seed, current_version)
         # Last (after anything that changes Node.taken): train.average's scales

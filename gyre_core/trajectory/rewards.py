@@ -194,15 +194,16 @@ class Weighting:
         """``assign_weights`` with this mode and normalisation -> the rollouts' advantages."""
         return assign_weights(tree, mode=self.mode, normalise_std=self.normalise_std)
 
-    def trees(self, rollouts: Iterable[Rollout]) -> dict[str, PrefixTree]:
+    def trees(self, rollouts: Iterable[Rollout], *, scaled: bool = True) -> dict[str, PrefixTree]:
         """One tree per group (``build_trees``) of its scored rollouts (infrastructure and
         evaluation failures are left out: ``gyre_core.trajectory.failures``), its loss
-        weights and scales set (every token counted fresh: the trainer sets the scales
-        again, see ``scale``)."""
+        weights set, and its scales unless ``scaled`` is False (every token counted fresh;
+        the trainer passes False and sets them once, after path sampling: ``scale``)."""
         trees = build_trees(scored(rollouts))
         for tree in trees.values():
             self.apply(tree)
-            set_scale(tree, self.average)
+            if scaled:
+                set_scale(tree, self.average)
         return trees
 
     def scale(self, trees: Iterable[PrefixTree], fresh_from: int | None = None) -> None:
