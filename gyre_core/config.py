@@ -230,9 +230,11 @@ def _cross_checks(cfg: RunConfig) -> list[tuple[str, str]]:
         if cfg.sim.rollouts < cfg.sim.rollouts_per_step:
             errors.append(("sim.rollouts", "fewer than one step of sim.rollouts_per_step"))
         group, per_step = cfg.rollout.group_size, cfg.sim.rollouts_per_step
-        if group < per_step and per_step % group:
+        if group < per_step and per_step % group:  # refused, not warned: a step of part
+            # of a group would train it apart (advantages against a part's mean)
             problem = f"must be a multiple of rollout.group_size ({group})"
-            errors.append(("sim.rollouts_per_step", f"{problem}, got {per_step}"))
+            why = "a step trains whole groups"
+            errors.append(("sim.rollouts_per_step", f"{problem}, got {per_step}: {why}"))
     units = scheduled_units(cfg)
     fixed = fixed_split_policies()
     if s.rollout_units and s.policy not in fixed:

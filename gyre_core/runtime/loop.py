@@ -37,12 +37,12 @@ import ray
 from gyre_core import events as ev
 from gyre_core.cluster import IDLE, ROLLOUT, SWITCHING, TRAIN
 from gyre_core.rollout.router import Router
+from gyre_core.runtime import batches
 from gyre_core.runtime.inventory import read_inventory
 from gyre_core.runtime.nccl_publish import NcclPublisher
 from gyre_core.runtime.plan import RunPlan
 from gyre_core.runtime.ray_backend import UnitEngine
 from gyre_core.runtime.train_group import TrainGroup, UnitsLost
-from gyre_core.scheduler import batching
 from gyre_core.scheduler.base import Policy, Snapshot
 from gyre_core.trajectory.failures import step_figures
 from gyre_core.trajectory.format import Rollout
@@ -151,6 +151,8 @@ class Loop:
         self.errors: list[BaseException] = []
         self.background: set[asyncio.Task[Any]] = set()
         self.imported = start.imported
+        self.groups_dropped = 0  # stale groups dropped since the last step (batching.py)
+        self.replaced = 0  # sessions started in place of dropped ones
         # the version the rollout engines serve: a step's version counts for admission only
         # once its weights are published (the trainer's runs ahead while they go out)
         self.published = trainer.version
@@ -221,6 +223,7 @@ class Loop:
             if task.done():
                 del self.sessions[idx]
                 self.ready.append(task.result())
+        self._drop_stale()
 
     def snapshot(self, live: list[UnitSlot]) -> Snapshot:
         calls = self.router.calls_by_engine()
@@ -254,12 +257,20 @@ class Loop:
 
     def _usable(self) -> list[int]:
         """Positions in ``ready`` in the order the next steps train them (batching.py)."""
-        return batching.usable(
-            [rollout_index(r) for r in self.ready],
-            self.per_step,
-            self.trainer.version,
-            self.plan.batch_order,
-        )
+        return batches.select(self.ready, self.plan, self.trainer.version).usable
+
+    def _drop_stale(self) -> None:
+        """Complete groups every token of which is past the staleness bound leave ``ready``
+        untrained (counted for the next step's ``groups_dropped_stale``); as many new
+        sessions, whole groups again, take their place so that the run fills its steps."""
+        stale = set(batches.select(self.ready, self.plan, self.trainer.version).stale)
+        if not stale:
+            return
+        self.ready = [r for p, r in enumerate(self.ready) if p not in stale]
+        self.groups_dropped += len(stale) // self.plan.config.rollout.group_size
+        fresh = self.total + self.replaced  # new indices: whole groups past the run's own
+        self.pending += range(fresh, fresh + len(stale))
+        self.replaced += len(stale)
 
     # ------------------------------------------------------------------ role switches
 
@@ -378,6 +389,7 @@ class Loop:
         started = self.clock()
         try:
             version = self.trainer.version
+            self._drop_stale()
             picked = self._usable()[: self.per_step]
             if len(picked) < self.per_step:  # the policy starts a step only on a full batch
                 return
@@ -414,6 +426,9 @@ class Loop:
             )
             metrics.update(path_figures(trees.values()))  # paths and tokens taken of stored
             metrics.update(step_figures(batch, trees, self.trainer.cfg.train.max_tokens))
+            if batches.grouped(self.plan):
+                metrics["groups_dropped_stale"] = float(self.groups_dropped)
+                self.groups_dropped = 0
             await self.on_step(own + record, metrics, trees)
             self.counters.step_spans.append((started, self.clock(), len(replicas)))
         finally:
@@ -462,11 +477,6 @@ class Loop:
         await asyncio.gather(*self.sessions.values(), return_exceptions=True)
         self.sessions.clear()
         await asyncio.gather(*self.background, return_exceptions=True)
-
-
-def rollout_index(r: Rollout) -> int:
-    """The session index a run's rollout was started with (its id is ``r<index>``)."""
-    return int(r.rollout_id[1:])
 
 
 def _tokens(r: Rollout) -> int:

@@ -35,9 +35,11 @@ class SchedulerConfig:
     )
     batch_order: str = config_field(
         "arrival",
-        "which finished rollouts a step trains: 'arrival' = the "
-        "first to finish; 'index' = the step's own tasks, as colocate "
-        "would (waits for its slowest; runs repeat closer)",
+        "which finished rollouts a step trains: 'arrival' = whole GRPO groups as they "
+        "complete, the oldest policy version first (a group whose tokens are all past "
+        "staleness_bound is dropped and counted; with group_size 1, the first rollouts to "
+        "finish); 'index' = the step's own tasks, as colocate would (waits for its "
+        "slowest; runs repeat closer)",
         choices=("arrival", "index"),
     )
 

@@ -39,6 +39,8 @@ class Stats:
     step_tokens: list[int] = field(default_factory=list)  # tokens each step trained
     tokens_prefilled: int = 0
     tokens_masked: int = 0
+    groups_dropped_stale: int = 0  # complete groups past the staleness bound, never trained
+    rollouts_dropped: int = 0  # their rollouts (as many more sessions were started)
     staleness: Counter[int] = field(default_factory=Counter)
     timeouts: int = 0
     events: int = 0

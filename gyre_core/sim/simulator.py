@@ -25,6 +25,7 @@ from gyre_core.scheduler.base import Decision, Policy, Snapshot
 from gyre_core.sim.costs import CostError, CostModel
 from gyre_core.sim.ps_queue import Call, Engine
 from gyre_core.sim.queue import DEADLINE, DONE, DRAINED, READY, STEP, SWITCHED, EventQueue
+from gyre_core.sim.ready import Ready
 from gyre_core.sim.router import Router
 from gyre_core.sim.session import Session, Stats
 from gyre_core.sim.summary import summarize
@@ -99,10 +100,9 @@ class Simulator:
         )
         self.sessions: list[Session] = []
         self.live = 0
-        self.ready: list[int] = []  # finished sessions not yet trained, in finish order
-        self.ready_tokens = 0  # the tokens those sessions hold
         self.version = 0
         self.stats = Stats()
+        self.ready = Ready(self.sessions, costs, batch_order, self.stats)
         self.router = Router(
             self.cluster,
             self.engines,
@@ -167,14 +167,8 @@ class Simulator:
 
     def snapshot(self) -> Snapshot:
         c = self.costs
-        started = len(self.sessions)
-        ready, ready_tokens = len(self.ready), self.ready_tokens
-        if self.batch_order != batching.ARRIVAL:  # only the batches steps can take next
-            usable = batching.usable(
-                self.ready, c.rollouts_per_step, self.version, self.batch_order
-            )
-            ready = len(usable)
-            ready_tokens = sum(self.sessions[self.ready[p]].tokens for p in usable)
+        started = len(self.sessions) - self.stats.rollouts_dropped
+        ready, ready_tokens = self.ready.usable(self.version)  # what steps can take next
         return Snapshot(
             t=self.t,
             roles=tuple(self.cluster.roles),
@@ -190,7 +184,7 @@ class Simulator:
             ready=ready,
             ready_tokens=ready_tokens,
             started=started,
-            remaining=len(self.trace) - started,
+            remaining=len(self.trace) + len(self.ready.extra) - len(self.sessions),
             version=self.version,
             steps_total=self.steps_total,
             training=self.training,
@@ -205,10 +199,11 @@ class Simulator:
         )
 
     def decide(self) -> None:
+        self.ready.drop_stale(self.version)
         d: Decision = self.policy.decide(self.snapshot())
         for u, role in sorted(d.targets.items()):
             self.switches.begin(u, role)
-        for _ in range(min(d.admit, len(self.trace) - len(self.sessions))):
+        for _ in range(min(d.admit, len(self.trace) + len(self.ready.extra) - len(self.sessions))):
             self.admit()
         if d.start_step:
             self.start_step()
@@ -217,7 +212,7 @@ class Simulator:
 
     def admit(self) -> None:
         i = len(self.sessions)
-        tr = self.trace[i]
+        tr = self.trace[i] if i < len(self.trace) else self.ready.extra[i - len(self.trace)]
         s = Session(i, tr, self.t, self.t + tr.timeout_s)
         self.sessions.append(s)
         self.live += 1
@@ -349,8 +344,7 @@ class Simulator:
         s.status, s.finished = status, self.t
         self.router.set_unit(s, -1)
         self.live -= 1
-        self.ready.append(s.index)
-        self.ready_tokens += s.tokens
+        self.ready.add(s)
         v = sorted(s.versions) or [self.version]
         self.sink.emit(
             ev.RolloutFinished(
@@ -382,18 +376,11 @@ class Simulator:
 
     def start_step(self) -> None:
         units = self.cluster.with_role(TRAIN)
-        b = self.costs.rollouts_per_step
-        if self.training or not units or len(self.ready) < b:
+        if self.training or not units:
             return
-        if self.batch_order == batching.ARRIVAL:
-            batch, self.ready = self.ready[:b], self.ready[b:]
-        else:
-            picked = batching.take(self.ready, b, self.version, self.batch_order)
-            if picked is None:
-                return
-            batch, chosen = [self.ready[p] for p in picked], set(picked)
-            self.ready = [i for p, i in enumerate(self.ready) if p not in chosen]
-        self.ready_tokens -= sum(self.sessions[i].tokens for i in batch)
+        batch = self.ready.take(self.version)
+        if batch is None:
+            return
         step = self.version + 1
         tokens = 0
         for i in batch:
@@ -419,7 +406,7 @@ class Simulator:
                 t=self.t,
                 step=step,
                 version=step,
-                metrics={"tokens_masked": float(self.stats.tokens_masked)},
+                metrics=self.ready.step_metrics(),
             )
         )
         if self.version < self.steps_total:

@@ -101,3 +101,19 @@ def test_a_checkpoint_of_another_config_is_not_resumed(tmp_path) -> None:
     other = ListSink()
     run_job(RunConfig.from_dict({**COLOCATE, "seed": 1}), sink=other, workdir=tmp_path, resume=True)
     assert [e.step for e in other.events if e.kind == "step_finished"] == [1, 2, 3]
+
+
+def test_stale_groups_are_dropped_counted_on_each_step_and_the_run_still_finishes(
+    tmp_path,
+) -> None:
+    """Staleness bound 0, sessions admitted two versions ahead: whole groups finish with
+    every token too old, are dropped (not trained), counted in the step's
+    ``groups_dropped_stale``, and replaced by new sessions, so all three steps run."""
+    sink = ListSink()
+    sched = {"staleness_bound": 0, "admission_staleness": 2}
+    out = run_job(RunConfig.from_dict({**SIM, "scheduler": sched}), sink=sink, workdir=tmp_path)
+    assert out["status"] == "succeeded" and out["steps"] == 3
+    dropped = [e.metrics["groups_dropped_stale"] for e in sink.events if e.kind == "step_finished"]
+    assert sum(dropped) >= 1
+    started = sum(e.kind == "rollout_started" for e in sink.events)
+    assert started == 96 + 4 * sum(dropped)  # rollout.group_size 4: a group's 4 again

@@ -206,6 +206,39 @@ def test_batch_order_index_trains_each_steps_own_rollouts_by_hand() -> None:
         Simulator(trace, HAND, Async(1, 1), batch_order="shortest")
 
 
+def test_arrival_trains_whole_groups_and_index_is_unchanged() -> None:
+    # The case above in groups of 2 ({r0, r1}, {r2, r3}): r1-r3 finish at 4 s, r0 at 13 s.
+    # arrival no longer trains r1 with r2 (two halves, advantages 0): {r2, r3} first
+    trace = [rollout(0, 100), rollout(1, 10), rollout(2, 10), rollout(3, 10)]
+    costs = replace(HAND, group_size=2)
+    sims = {
+        order: Simulator(trace, costs, Async(1, 1), batch_order=order)
+        for order in ("arrival", "index")
+    }
+    for sim in sims.values():
+        sim.run()
+    assert [sorted(b) for b in sims["arrival"].ready.batches] == [[2, 3], [0, 1]]
+    assert [sorted(b) for b in sims["index"].ready.batches] == [[0, 1], [2, 3]]
+    assert sims["arrival"].stats.groups_dropped_stale == 0
+
+
+def test_a_group_past_the_staleness_bound_is_dropped_counted_and_replaced() -> None:
+    # Bound 0, all four admitted at version 0 (admission 1 version ahead), all done at 4 s:
+    # step 1 trains one group; the other's tokens are then all one version old: dropped,
+    # and two new sessions (its trace rollouts again) fill step 2 at version 1.
+    trace = [rollout(i, 10) for i in range(4)]
+    costs = replace(HAND, group_size=2, staleness=0, admission_staleness=1)
+    sink = ev.ListSink()
+    sim = Simulator(trace, costs, Async(1, 1), sink=sink)
+    out = sim.run()
+    assert out["steps"] == 2 and sim.stats.groups_dropped_stale == 1
+    assert [sorted(b) for b in sim.ready.batches] == [[0, 1], [4, 5]]
+    assert [e.metrics["groups_dropped_stale"] for e in sink.of(ev.StepFinished)] == [0.0, 1.0]
+    assert out["tokens_masked"] == 0  # no stale token was trained (nor masked)
+    started = [e.rollout_id for e in sink.of(ev.RolloutStarted)]
+    assert started[4:] == ["r2+0", "r3+1"]
+
+
 @pytest.mark.parametrize("policy", [Colocate(), Async(3, 1), Elastic()], ids=lambda p: p.name)
 def test_a_cap_on_running_rollouts_holds_for_every_policy(policy) -> None:  # type: ignore[no-untyped-def]
     costs = replace(CostModel(), gpus=32, rollouts_per_step=16, group_size=4)
