@@ -106,10 +106,13 @@ class LoopStart:
     """What a loop starts from: rollouts finished but not trained yet and the session
     indices still to run (a resumed run's; ``None``: every session of the run), the
     weights the engines start from in Ray's object store (``None``: the checkpoint's), and
-    the run's off-policy data, when it imports some."""
+    the run's off-policy data, when it imports some. ``first_new``: the index the first
+    session started in place of a dropped group takes (0: the run's total; a resumed run's
+    is past every index it already ran, so no rollout id repeats)."""
 
     ready: list[Rollout] = field(default_factory=list)
     pending: list[int] | None = None
+    first_new: int = 0
     state_ref: Any = None
     imported: Imported | None = None
 
@@ -153,6 +156,9 @@ class Loop:
         self.imported = start.imported
         self.groups_dropped = 0  # stale groups dropped since the last step (batching.py)
         self.replaced = 0  # sessions started in place of dropped ones
+        # the first replacement's index, on a group's first index (whole groups again)
+        size = plan.config.rollout.group_size
+        self.first_new = -(-max(self.total, start.first_new) // size) * size
         # the version the rollout engines serve: a step's version counts for admission only
         # once its weights are published (the trainer's runs ahead while they go out)
         self.published = trainer.version
@@ -268,7 +274,7 @@ class Loop:
             return
         self.ready = [r for p, r in enumerate(self.ready) if p not in stale]
         self.groups_dropped += len(stale) // self.plan.config.rollout.group_size
-        fresh = self.total + self.replaced  # new indices: whole groups past the run's own
+        fresh = self.first_new + self.replaced  # new indices: whole groups past the run's own
         self.pending += range(fresh, fresh + len(stale))
         self.replaced += len(stale)
 

@@ -176,7 +176,7 @@ def _prepare(run: Setting, resume: bool) -> Prepared:
     if reference.exists() and resume:  # the warm-started policy, the KL's anchor
         trainer.reference = str(reference)
     if resume and (state := books.restore(run.workdir / CHECKPOINTS)) is not None:
-        path, version, start.ready, start.pending = state
+        path, version, start.ready, start.pending, start.first_new = state
         trainer.source = Source(CHECKPOINT, str(path), version, strict=True)
         trainer.version = version
         ready, pending = len(start.ready), len(start.pending)

@@ -136,9 +136,11 @@ class StepBooks:
         )
         return path
 
-    def restore(self, root: Path) -> tuple[Path, int, list[Rollout], list[int]] | None:
-        """The latest checkpoint under ``root``: its path, version, the rollouts ready and
-        the sessions still to run (the group reads the state itself); None without one."""
+    def restore(self, root: Path) -> tuple[Path, int, list[Rollout], list[int], int] | None:
+        """The latest checkpoint under ``root``: its path, version, the rollouts ready, the
+        sessions still to run (the group reads the state itself) and the first session
+        index past every one it trained or holds ready (``LoopStart.first_new``: sessions
+        that replaced dropped groups ran past the run's total); None without one."""
         path = latest_checkpoint(root)
         if path is None:
             return None
@@ -150,7 +152,8 @@ class StepBooks:
         done = self.trained_ids | {r.rollout_id for r in ready}
         total = self.cfg.steps * self.cfg.rollout.tasks_per_step * self.cfg.rollout.group_size
         pending = [i for i in range(total) if f"r{i}" not in done]
-        return path, int(state["version"]), ready, pending
+        ran = [int(i[1:]) for i in done if i[:1] == "r" and i[1:].isdigit()]
+        return path, int(state["version"]), ready, pending, max(ran, default=-1) + 1
 
     def summary(
         self,

@@ -5,12 +5,19 @@ counted, with as many new sessions in its place."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 
-from gyre_core.runtime.loop import Loop
+from gyre_core.config import RunConfig
+from gyre_core.events import ListSink
+from gyre_core.runtime.loop import Loop, LoopStart
+from gyre_core.runtime.step_books import StepBooks
+from gyre_core.train.checkpoint import SHARDED_FORMAT
+from gyre_core.train.checkpoint_dirs import STATE_FILE
 from gyre_core.trajectory.format import Call, Rollout
+from gyre_core.trajectory.writer import write_rollouts
 from tests.runtime.conftest import tiny_job
 from tests.runtime.test_publish import loop_over
 
@@ -74,3 +81,39 @@ def test_index_and_single_rollout_groups_keep_their_order(tmp_path: Path) -> Non
     loop._drop_stale()
     assert loop.groups_dropped == 0 and len(loop.ready) == 4  # index drops nothing
     assert [loop.ready[p].rollout_id for p in loop._usable()] == ["r12", "r13", "r14", "r15"]
+
+
+def test_a_resumed_loop_replaces_dropped_groups_past_every_index_it_ran(tmp_path: Path) -> None:
+    loop = loop_of(tmp_path, "arrival", staleness=1)
+    resumed = Loop(
+        loop.plan,
+        policy=loop.policy,
+        units=loop.units,
+        router=loop.router,
+        trainer=loop.trainer,
+        sink=loop.sink,
+        clock=loop.clock,
+        start_session=loop.start_session,
+        on_step=loop.on_step,
+        start=LoopStart(pending=[], first_new=15),  # r12..r14 replaced groups before it
+    )
+    resumed.ready = [finished(0, 1), finished(1, 0)]
+    resumed._drop_stale()
+    assert resumed.pending == [16, 17]  # a whole group again: past r14, on a group's start
+
+
+def test_restore_names_the_first_index_past_every_rollout_the_run_ran(tmp_path: Path) -> None:
+    job = tiny_job("async")
+    job["rollout"]["tasks_per_step"], job["steps"] = 2, 3  # 12 sessions, groups of 2
+    cfg = RunConfig.from_dict(job)
+    ckpt = tmp_path / "step-00000002"
+    ckpt.mkdir()
+    trained = ["r0", "r1", "r4", "r5", "r12", "r13"]  # r12, r13 replaced a dropped group
+    state = {"format": SHARDED_FORMAT, "version": 2, "data_position": {"trained": trained}}
+    (ckpt / STATE_FILE).write_text(json.dumps(state))
+    write_rollouts(ckpt / "ready.jsonl", [finished(14, 1), finished(2, 1)])
+    restored = StepBooks(cfg, ListSink(), lambda: 0.0).restore(tmp_path)
+    assert restored is not None
+    _, version, ready, pending, first_new = restored
+    assert version == 2 and [r.rollout_id for r in ready] == ["r14", "r2"]
+    assert pending == [3, 6, 7, 8, 9, 10, 11] and first_new == 15
