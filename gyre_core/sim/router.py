@@ -42,6 +42,9 @@ class Router:
         self.shared: deque[int] = deque()  # queued calls with no engine of their own
         # queued calls waiting for their own engine (its prefix cache), one queue a unit
         self.waiting: list[deque[int]] = [deque() for _ in range(n)]
+        # the units whose waiting queue holds an entry (live or not): steal looks only at
+        # them, instead of every unit's queue on each engine refill
+        self.nonempty: set[int] = set()
         self.queued = 0  # calls queued in either
         self.affinity = [0] * n  # live sessions whose prefix cache is on each unit
 
@@ -63,11 +66,11 @@ class Router:
         other = self.least_loaded(exclude=s.unit)
         # full: wait for it, or re-prefill elsewhere?
         if own is not None and not crowded and (other is None or self.waits(s, own, other, fresh)):
-            self.enqueue(s, call, self.waiting[own.unit], fresh)
+            self.enqueue(s, call, own.unit, fresh)
             return
         if other is None:
             self.set_unit(s, -1)
-            self.enqueue(s, call, self.shared, s.context)
+            self.enqueue(s, call, -1, s.context)
             return
         self.place(s, call, other, s.context)
 
@@ -105,9 +108,14 @@ class Router:
         """Seconds to prefill ``tokens`` more on ``e`` at the load the call joins."""
         return tokens * (e.load + 1) / self.costs.prefill_tok_s
 
-    def enqueue(self, s: Session, call: Call, queue: deque[int], fresh: int) -> None:
+    def enqueue(self, s: Session, call: Call, unit: int, fresh: int) -> None:
+        """Queue a call for engine ``unit``'s slot (-1: for any engine)."""
         s.call, s.queued, s.fresh = call, True, fresh
-        queue.append(s.index)
+        if unit < 0:
+            self.shared.append(s.index)
+        else:
+            self.waiting[unit].append(s.index)
+            self.nonempty.add(unit)
         self.queued += 1
 
     def place(self, s: Session, call: Call, e: Engine, fresh: int) -> None:
@@ -173,19 +181,28 @@ class Router:
 
     def pop_queued(self, queue: deque[int], unit: int, *, tail: bool = False) -> Session | None:
         """The next live call in ``queue`` (the last with ``tail``), taken off it; entries
-        of calls that timed out or moved are dropped on the way."""
+        of calls that timed out or moved are dropped on the way. ``unit``: the engine the
+        queue waits for (-1: the router's own queue)."""
+        found = None
         while queue:
             s = self.sessions[queue.pop() if tail else queue.popleft()]
             if s.status == "running" and s.queued and s.call is not None and s.unit == unit:
                 s.queued = False
                 self.queued -= 1
-                return s
-        return None
+                found = s
+                break
+        if unit >= 0 and not queue:
+            self.nonempty.discard(unit)
+        return found
 
     def steal(self, e: Engine) -> Session | None:
-        longest = max(range(len(self.waiting)), key=lambda u: len(self.waiting[u]))
+        """The last call queued for the engine with the longest queue (the lowest unit of
+        those as long), if its wait there costs more than re-prefilling it on ``e``."""
+        if not self.nonempty:
+            return None
+        longest = min(self.nonempty, key=lambda u: (-len(self.waiting[u]), u))
         queue = self.waiting[longest]
-        if not queue or longest == e.unit:
+        if longest == e.unit:
             return None
         s = self.sessions[queue[-1]]
         owner = self.engines[longest]
@@ -199,6 +216,7 @@ class Router:
         it holds lose it."""
         waiters = [i for i in self.waiting[u] if self.sessions[i].unit == u]
         self.waiting[u].clear()
+        self.nonempty.discard(u)
         for i in waiters:
             s = self.sessions[i]
             self.set_unit(s, -1)

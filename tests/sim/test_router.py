@@ -48,3 +48,34 @@ def test_a_call_moves_when_re_prefilling_is_cheaper_than_the_wait() -> None:
     out, done = _run(40)  # a 4.5 s wait: r0 re-prefills its 30 tokens on unit 2 at once
     assert done["r0"] == pytest.approx(2.5 + 3.0 + 1.0, abs=1e-6)
     assert out["tokens_prefilled"] == 4 * 10 + 30
+
+
+def test_steal_keeps_track_of_the_queues_it_reads_and_picks_the_longest_lowest_first() -> None:
+    """``steal`` reads only the units with a queued entry (``Router.nonempty``, kept on every
+    enqueue, pop and leave): at each of its calls in a run with queues on several engines,
+    that set is exactly the non-empty queues, and the queue it takes from is the longest,
+    the lowest unit of those as long (what scanning every unit's queue would pick)."""
+    from gyre_core.sim.workload import generate
+
+    costs = replace(HAND, gpus=4, max_seqs_per_unit=2, rollouts_per_step=8, prefill_tok_s=1e3)
+    sim = Simulator(generate("mixed", 32, 0), costs, Async(3, 1))
+    router, checked = sim.router, []
+    steal = router.steal
+
+    def checking(e):  # type: ignore[no-untyped-def]
+        queues = router.waiting
+        assert router.nonempty == {u for u, q in enumerate(queues) if q}
+        if router.nonempty:
+            longest = max(range(len(queues)), key=lambda u: len(queues[u]))
+            before = {u: len(q) for u, q in enumerate(queues)}
+            got = steal(e)
+            after = {u: len(q) for u, q in enumerate(router.waiting)}
+            changed = {u for u in before if before[u] != after[u]}
+            assert changed <= {longest}
+            checked.append(got is not None)
+            return got
+        return steal(e)
+
+    router.steal = checking  # type: ignore[method-assign]
+    sim.run()
+    assert len(checked) > 20 and any(checked)  # it ran with queues, and took calls from them
