@@ -7,7 +7,7 @@ The run is the example's config with one change: groups of one (8 tasks a step i
 groups of 4). With groups, ``arrival`` trains only whole groups, so the first batch is ready
 only once its two groups' last members are done; by then the sessions still running often
 sit on one engine, and elastic takes the engines with the fewest calls in flight, which
-then hold none (0 calls migrated in one of five runs of the example as it is). With groups
+then hold none (0 calls migrated in two of five runs of the example as it is). With groups
 of one the batch is the first 8 sessions to finish and 16 are still in flight on every
 engine when units move."""
 
