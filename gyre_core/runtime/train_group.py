@@ -27,6 +27,7 @@ import asyncio
 import logging
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -116,9 +117,13 @@ class TrainGroup:
         return await self._settle()
 
     async def _settle(self) -> dict[str, float]:
+        """Apply ``wanted`` once the lock is free; ``group_wait_s``: how long the change
+        waited for it (a step, a weight gather or a checkpoint of the group holding it)."""
         await asyncio.sleep(SETTLE_S)
+        t = time.perf_counter()
         async with self.lock:
-            return await self._reform()
+            waited = time.perf_counter() - t
+            return {"group_wait_s": waited, **await self._reform()}
 
     async def _reform(self) -> dict[str, float]:
         """Form the group ``wanted`` asks for (the lock held); the seconds of its parts."""
