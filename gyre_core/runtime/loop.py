@@ -345,16 +345,22 @@ class Loop:
         self._role(slot, to, {k: round(v, 4) for k, v in parts.items()})
 
     async def start_engine(self, slot: UnitSlot) -> dict[str, float]:
-        """Start (or wake) the unit's engine on the current weights; the parts it timed."""
+        """Start (or wake) the unit's engine on the current weights; the parts the unit
+        timed, ``engine_call_other_s`` (the rest of the call: Ray's, the weights read from
+        the object store) and ``publish_s`` (a step published while the engine loaded)."""
         version = self.trainer.version
+        t = time.perf_counter()
         parts: dict[str, float] = await slot.actor.start_engine.remote(
             self.state_ref, version, self.max_seqs
         )
+        parts["engine_call_other_s"] = max(0.0, time.perf_counter() - t - sum(parts.values()))
         engine = UnitEngine(slot.actor, version)
         if self.nccl is not None:  # its server joins the NCCL weight group with the next step
             self.nccl.reset()
         if self.trainer.version != version:  # a step published while the engine loaded
+            t = time.perf_counter()
             await engine.publish(self.state_ref, self.trainer.version)
+            parts["publish_s"] = time.perf_counter() - t
         self.router.add(slot.name, engine, domain=slot.node)
         return parts
 
