@@ -25,9 +25,10 @@ def span(r: Rollout) -> batching.Span:
 def select(ready: list[Rollout], plan: RunPlan, version: int) -> batching.Selection:
     """Which of ``ready`` the steps from ``version`` on train, in order, and which are
     complete groups past the staleness bound (batching.py)."""
-    groups = batching.Groups(
-        plan.config.rollout.group_size, [span(r) for r in ready], plan.staleness
-    )
+    groups = batching.NO_GROUPS  # only whole-group arrival reads the versions
+    if grouped(plan):
+        spans = [span(r) for r in ready]
+        groups = batching.Groups(plan.config.rollout.group_size, spans, plan.staleness)
     indices = [rollout_index(r) for r in ready]
     return batching.select(indices, plan.per_step, version, plan.batch_order, groups)
 
