@@ -351,6 +351,7 @@ def _costs(
         staleness=cfg.scheduler.staleness_bound,
         admission_staleness=cfg.scheduler.admission_staleness,
         max_concurrent=cfg.scheduler.max_concurrent_rollouts,
+        burst_steps=cfg.scheduler.bursts,
         step_overhead_s=round(overhead, 4),
         balance_abs=router.affinity_slack,
         balance_rel=1.0,

@@ -256,6 +256,7 @@ class Loop:
             staleness=self.plan.staleness,
             admit_staleness=self.plan.admit_staleness,
             max_active=self.plan.max_active,
+            burst_steps=self.plan.burst_steps,
             max_seqs_per_unit=self.max_seqs,
             switch_s=_mean(self.counters.switch_s, 1.0),
             train_tok_s=_rate(self.counters),

@@ -35,6 +35,7 @@ class RunPlan:
     staleness: int  # scheduler.staleness_bound: the oldest version a step trains
     admit_staleness: int  # scheduler.admission_staleness: how far ahead sessions start
     max_active: int  # scheduler.max_concurrent_rollouts
+    burst_steps: int  # scheduler.dispatch and burst_steps: batches a burst (0: continuous)
     drain_s: float  # scheduler.drain_deadline_s: a rollout unit's drain before it switches
     batch_order: str  # scheduler.batch_order: which ready rollouts a step takes
     switch_mode: str  # scheduler.switch_mode: what a switch does with the unit's calls
@@ -53,6 +54,7 @@ class RunPlan:
             staleness=s.staleness_bound,
             admit_staleness=s.admission_staleness,
             max_active=s.max_concurrent_rollouts,
+            burst_steps=s.bursts,
             drain_s=s.drain_deadline_s,
             batch_order=s.batch_order,
             switch_mode=s.switch_mode,

@@ -38,6 +38,9 @@ class Snapshot:
     admit_staleness: int = -1
     max_active: int = 0  # the most rollouts running at once (0: no cap)
     min_train: int = 1  # the fewest training units that hold the training state
+    # boundary dispatch: rollouts are released in bursts of this many steps' batches, the
+    # next burst only once every rollout of the last has ended (0: continuous admission)
+    burst_steps: int = 0
 
     @property
     def units(self) -> int:
@@ -65,12 +68,23 @@ class Snapshot:
         """Rollouts that may start while running at most ``ahead`` versions ahead: rollout
         ``i`` (in start order) is trained around step ``i // B + 1``; it may start at version
         ``v`` only if that step minus 1 minus ``v`` is at most ``ahead``. Never more than the
-        cap on running rollouts (``max_active``) leaves room for."""
+        cap on running rollouts (``max_active``) leaves room for. Under boundary dispatch
+        (``burst_steps`` > 0) nothing starts while a rollout of the last burst runs, and a
+        burst is at most ``burst_steps`` batches: the outstanding count only falls within
+        a burst (the paper's baselines)."""
         limit = (self.version + ahead + 1) * self.rollouts_per_step
         n = max(0, min(self.remaining, limit - self.started))
         if self.max_active > 0:
             n = min(n, max(0, self.max_active - self.active_sessions))
+        if self.burst_steps > 0:
+            n = 0 if self.active_sessions else min(n, self.burst_steps * self.rollouts_per_step)
         return n
+
+    @property
+    def burst_ahead(self) -> int:
+        """How far ahead an on-policy policy admits: its own batch, or under boundary
+        dispatch a burst of ``burst_steps`` batches (the later ones trained off-policy)."""
+        return max(0, self.burst_steps - 1)
 
 
 @dataclass(frozen=True, slots=True)

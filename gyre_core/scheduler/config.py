@@ -25,6 +25,16 @@ class SchedulerConfig:
     max_concurrent_rollouts: int = config_field(
         0, "every policy: the most rollouts running at once (0 = no cap)", min=0
     )
+    dispatch: str = config_field(
+        "continuous",
+        "every policy: 'continuous' starts a rollout whenever admission allows; "
+        "'boundary' releases them in bursts of burst_steps batches, the next burst once "
+        "every rollout of the last has ended (the paper's baselines)",
+        choices=("continuous", "boundary"),
+    )
+    burst_steps: int = config_field(
+        1, "boundary dispatch only: a burst is this many steps' batches", min=1, max=64
+    )
     switch_mode: str = config_field(
         "migrate",
         "how a unit leaves rollout: keep tokens or restart",
@@ -42,6 +52,11 @@ class SchedulerConfig:
         "slowest; runs repeat closer)",
         choices=("arrival", "index"),
     )
+
+    @property
+    def bursts(self) -> int:
+        """The policies' ``Snapshot.burst_steps``: 0 under continuous dispatch."""
+        return self.burst_steps if self.dispatch == "boundary" else 0
 
     # Elastic's knobs; their defaults are Elastic's own (docs/sim-results.md).
     elastic_fill: float = config_field(

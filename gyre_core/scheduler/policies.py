@@ -1,7 +1,9 @@
 """The three scheduling policies: ``colocate``, ``async`` (fixed split) and ``elastic``.
 
 All three read the same :class:`Snapshot` and admit rollouts under the same staleness
-rule (colocate is on-policy: it admits one batch at a time). Registry: :data:`POLICIES`
+rule (colocate is on-policy: it admits one batch at a time) and the same dispatch
+(``scheduler.dispatch``: continuous, or boundary, in bursts, as the paper ran its
+baselines: :meth:`Snapshot.admissible_ahead`). Registry: :data:`POLICIES`
 (:func:`register_policy`); the config's ``scheduler.policy`` choices are its names. An
 entry that also builds its policy over a given split (:class:`FixedSplitFactory`, as
 ``async``'s does) is one that ``scheduler.rollout_units`` and ``--split`` apply to.
@@ -25,7 +27,10 @@ if TYPE_CHECKING:  # scheduler/config.py takes its policy choices and elastic de
 class Colocate:
     """verl's hybrid engine: the whole cluster generates a step's batch, waits for its
     last rollout, switches every unit to training, trains, switches every unit back (the
-    engine reloads the new weights as part of that switch), then starts the next batch."""
+    engine reloads the new weights as part of that switch), then starts the next batch.
+    Under boundary dispatch with bursts of ``k`` steps it generates ``k`` batches at once
+    and trains them one step after another before switching back (the later steps
+    off-policy, as the paper's Colocate with multi-step bursts)."""
 
     name = "colocate"
 
@@ -42,8 +47,8 @@ class Colocate:
             return Decision(targets={u: TRAIN for u in all_units if s.targets[u] != TRAIN})
         if any(t != ROLLOUT for t in s.targets):  # a step just ended: back to generation
             return Decision(targets={u: ROLLOUT for u in all_units if s.targets[u] != ROLLOUT})
-        if all(r == ROLLOUT for r in s.roles):  # the step's own rollouts, within the cap
-            return Decision(admit=s.admissible_ahead(0))
+        if all(r == ROLLOUT for r in s.roles):  # the step's own rollouts (or its burst's)
+            return Decision(admit=s.admissible_ahead(s.burst_ahead))
         return Decision()
 
 

@@ -49,6 +49,9 @@ class CostModel:
     # masking bound); admitting further ahead masks the tokens that end up too old
     admission_staleness: int = -1
     max_concurrent: int = 0  # every policy: the most rollouts running at once (0: no cap)
+    # dispatch: 0 admits continuously; k > 0 releases rollouts in bursts of k steps'
+    # batches, the next once every rollout of the last has ended (the paper's baselines)
+    burst_steps: int = 0
     step_overhead_s: float = 5.0  # per training step: optimizer, checkpoint bookkeeping
     # Memory: a step needs the training state (parameters, gradients, optimizer state) in GPU
     # memory. params_b billion parameters at train_bytes_per_param take at least
@@ -104,6 +107,10 @@ class CostModel:
             )
         if self.max_concurrent < 0:
             raise CostError(f"--max-concurrent: must be >= 0, got {self.max_concurrent}")
+        if self.burst_steps < 0:
+            raise CostError(
+                f"--burst-steps: must be >= 0 (0: continuous dispatch), got {self.burst_steps}"
+            )
         for name in ("params_b", "train_bytes_per_param"):
             if getattr(self, name) < 0:
                 raise CostError(f"--{_opt(name)}: must be >= 0, got {getattr(self, name)}")

@@ -196,6 +196,7 @@ class Simulator:
             admit_staleness=c.admission_ahead,
             max_active=c.max_concurrent,
             min_train=c.min_train_units,
+            burst_steps=c.burst_steps,
         )
 
     def decide(self) -> None:

@@ -234,6 +234,23 @@ def test_index_batch_order_trains_each_steps_own_rollouts(ray_cluster, model_dir
         assert ids == [f"r{2 * (e.step - 1)}", f"r{2 * (e.step - 1) + 1}"]
 
 
+def test_boundary_dispatch_starts_a_burst_only_once_the_last_has_ended(
+    ray_cluster, model_dir, tmp_path
+):
+    scheduler = {"policy": "async", "dispatch": "boundary", "burst_steps": 2}
+    sink = ListSink()
+    out = run_job(_cfg(model_dir, steps=4, scheduler=scheduler), sink=sink, workdir=tmp_path)
+    assert out["status"] == "succeeded" and out["steps"] == 4
+    ended: set[int] = set()  # a burst is 2 steps of 2 sessions: r0-r3, r4-r7
+    for e in sink.events:
+        if e.kind == "rollout_started":
+            burst = int(e.rollout_id[1:]) // 4
+            assert ended >= set(range(4 * burst)), f"{e.rollout_id} began before its burst"
+        elif e.kind == "rollout_finished":
+            ended.add(int(e.rollout_id[1:]))
+    assert ended == set(range(8))
+
+
 def test_benchmark_every_scores_versions_during_the_run(ray_cluster, model_dir, tmp_path):
     cfg = _cfg(model_dir, rollout={**BASE["rollout"], "benchmark_every": 1})
     sink = ListSink()

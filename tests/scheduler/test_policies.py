@@ -58,6 +58,28 @@ def test_admission_has_its_own_bound_and_a_cap_that_every_policy_obeys() -> None
     assert col.decide(snap(roles, max_active=5, active_sessions=2, started=8, ready=6)).admit == 0
 
 
+def test_boundary_dispatch_releases_bursts_for_every_policy() -> None:
+    """Under boundary dispatch nothing starts while a rollout of the last burst runs, and a
+    burst is at most ``burst_steps`` batches (within admission and the cap)."""
+    s = snap([ROLLOUT] * 3 + [TRAIN], burst_steps=1, staleness=2)
+    assert s.admissible == B  # continuous would admit 3 batches (staleness 2)
+    assert replace(s, active_sessions=1, started=8).admissible == 0  # the burst runs
+    assert replace(s, started=8, version=0, ready=8).admissible == B  # it ended: next
+    two = replace(s, burst_steps=2)
+    assert two.admissible == 2 * B
+    assert replace(two, started=16).admissible == B  # admission allows one batch more
+    assert replace(two, max_active=5).admissible == 5
+    for pol in (Async(3, 1), Elastic()):
+        assert pol.decide(replace(s, active_sessions=2, started=8)).admit == 0
+        assert pol.decide(two).admit == 2 * B
+    col = Colocate()  # a burst of k batches, trained one step after another
+    assert col.decide(snap([ROLLOUT] * 4, burst_steps=3, staleness=2)).admit == 3 * B
+    assert col.decide(snap([ROLLOUT] * 4, burst_steps=0)).admit == B
+    assert col.decide(snap([TRAIN] * 4, burst_steps=3, version=1, ready=2 * B)).start_step
+    cfg = RunConfig.from_dict({"scheduler": {"dispatch": "boundary", "burst_steps": 4}})
+    assert cfg.scheduler.bursts == 4 and RunConfig().scheduler.bursts == 0
+
+
 def test_colocate_cycles_generate_train_generate() -> None:
     pol, roles = Colocate(), [ROLLOUT] * 4
     assert pol.decide(snap(roles)).admit == B  # one batch at a time
