@@ -40,11 +40,14 @@ from gyre_core.sim.workload import TraceRollout
 
 def full_path(r: TraceRollout, c: CostModel) -> float:
     """``r``'s calls back to back at the fastest rate, with its tool time between them."""
-    fast = c.seq_rate(1)
-    tools = sum(t.tool_s for t in r.turns[:-1])  # a rollout ends with its last call
-    return tools + sum(
-        t.prompt_tokens / c.prefill_tok_s + t.completion_tokens / fast for t in r.turns
-    )
+    fast, prefill = c.seq_rate(1), c.prefill_tok_s
+    prompts = completions = 0
+    tools = -r.turns[-1].tool_s if r.turns else 0.0  # a rollout ends with its last call
+    for t in r.turns:
+        prompts += t.prompt_tokens
+        completions += t.completion_tokens
+        tools += t.tool_s
+    return tools + prompts / prefill + completions / fast
 
 
 def rollout_path(r: TraceRollout, c: CostModel) -> float:

@@ -66,8 +66,11 @@ class Engine:
         if t <= last:
             return
         start = last if last >= self.paused_until else self.paused_until
-        if t > start and self.active:
-            self.v += (t - start) * self.rate()
+        n = len(self.active)
+        if t > start and n:
+            if n != self._n:  # rate(), inlined
+                self._n, self._rate = n, self.costs.seq_rate(n)
+            self.v += (t - start) * self._rate
         self.t_last = t
 
     def add(self, call: Call, t: float) -> None:

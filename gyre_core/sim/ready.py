@@ -30,6 +30,7 @@ class Ready:
         self.batches: list[list[int]] = []  # each step's sessions, as batching chose them
         self.reported = 0  # stale groups counted in steps' figures so far
         self._ranked: tuple[int, Ranked] | None = None  # by version
+        self._usable: tuple[Ranked | None, tuple[int, int]] = (None, (0, 0))  # of a ranking
 
     def add(self, s: Session) -> None:
         self.ids.append(s.index)
@@ -55,10 +56,12 @@ class Ready:
 
     def usable(self, version: int) -> tuple[int, int]:
         """The sessions the next steps can take and their tokens (the policy's view)."""
-        if self.grouped:
-            groups = self.ranked(version)[0]
-            ids = [i for g in groups for i in self.members[g.number]]
-            return len(ids), sum(self.sessions[i].tokens for i in ids)
+        if self.grouped:  # asked on every decision: counted once a ranking
+            ranked = self.ranked(version)
+            if self._usable[0] is not ranked:
+                ids = [i for g in ranked[0] for i in self.members[g.number]]
+                self._usable = (ranked, (len(ids), sum(self.sessions[i].tokens for i in ids)))
+            return self._usable[1]
         if self.order == batching.ARRIVAL:
             return len(self.ids), self.tokens
         b = self.costs.rollouts_per_step

@@ -60,7 +60,7 @@ class Router:
             self.set_unit(s, -1)
             own = None
         crowded = own is not None and self.crowded(own)
-        if own is not None and own.load < cap and not crowded:
+        if own is not None and len(own.active) < cap and not crowded:
             self.place(s, call, own, fresh)
             return
         other = self.least_loaded(exclude=s.unit)
@@ -77,14 +77,11 @@ class Router:
     def least_loaded(self, exclude: int = -1) -> Engine | None:
         """The accepting rollout engine with the fewest calls and room for one more."""
         e, best = None, self.costs.max_seqs_per_unit
+        roles = self.cluster.roles
         for cand in self.engines:
-            if (
-                cand.load < best
-                and cand.unit != exclude
-                and cand.accepting
-                and self.cluster.roles[cand.unit] == ROLLOUT
-            ):
-                e, best = cand, cand.load
+            n = len(cand.active)
+            if n < best and cand.unit != exclude and cand.accepting and roles[cand.unit] == ROLLOUT:
+                e, best = cand, n
         return e
 
     def wait_s(self, e: Engine, k: int) -> float:
@@ -123,8 +120,8 @@ class Router:
         # sequence gets 1/n of the unit, so k tokens take k * n / prefill_tok_s seconds,
         # i.e. k * D(n) / prefill_tok_s token-equivalents at the per-sequence rate, with
         # D(n) = n * seq_rate(n) the unit's decode throughput at the load it joins.
-        n = e.load + 1
-        call.prefill_eq = fresh * n * self.costs.seq_rate(n) / self.costs.prefill_tok_s
+        c, n = self.costs, len(e.active) + 1  # n * seq_rate(n), inlined: a hot path
+        call.prefill_eq = fresh * n * c.decode_peak_tok_s / (n + c.decode_half) / c.prefill_tok_s
         self.stats.tokens_prefilled += fresh
         call.seq = self.queue.next_seq()
         s.call, s.queued = call, False
@@ -140,13 +137,12 @@ class Router:
         above the least loaded engine in rollout and more than ``balance_rel`` times as
         many. Without it, sessions stay crowded on the engines they started on while a
         unit that just came back to rollout sits idle."""
-        c = self.costs
-        if c.balance_abs <= 0 or e.load <= c.balance_abs:
+        c, load = self.costs, len(e.active)
+        if c.balance_abs <= 0 or load <= c.balance_abs:
             return False
-        least = min(
-            o.load for o in self.engines if o.accepting and self.cluster.roles[o.unit] == ROLLOUT
-        )
-        return e.load - least > c.balance_abs and e.load > c.balance_rel * least
+        roles = self.cluster.roles
+        least = min(len(o.active) for o in self.engines if o.accepting and roles[o.unit] == ROLLOUT)
+        return load - least > c.balance_abs and load > c.balance_rel * least
 
     def schedule(self, e: Engine) -> None:
         """Make sure a completion event stands at or before the engine's next completion.
@@ -164,9 +160,11 @@ class Router:
         their fresh tokens prefilled), then those with no engine of their own, then, from
         the engine with the longest queue, the last waiter if its wait there costs more
         than re-prefilling its context here."""
+        if not self.queued:  # no live call waits anywhere: the common case, kept cheap
+            return
         cap = self.costs.max_seqs_per_unit
         mine = self.waiting[e.unit]
-        while e.accepting and e.load < cap:
+        while e.accepting and len(e.active) < cap:
             s = self.pop_queued(mine, e.unit) or self.pop_queued(self.shared, -1)
             if s is None:
                 s = self.steal(e)

@@ -16,6 +16,7 @@ weights exist.
 
 from __future__ import annotations
 
+import heapq
 from typing import Any
 
 from gyre_core import events as ev
@@ -149,11 +150,14 @@ class Simulator:
             DRAINED: self.switches.on_drained,
             STEP: self.on_step,
         }
-        while self.queue and self.version < self.steps_total:
-            kind, a, b = self.queue.pop()
-            self.stats.events += 1
+        queue, heap, pop, events = self.queue, self.queue.heap, heapq.heappop, 0
+        while heap and self.version < self.steps_total:
+            t, _, kind, a, b = pop(heap)  # EventQueue.pop, inlined: once per event
+            queue.t = t
+            events += 1
             if handlers[kind](a, b) and self.version < self.steps_total:
                 self.decide()
+        self.stats.events += events
         if self.version < self.steps_total:
             raise RuntimeError(
                 f"{self.policy.name}: stalled at step {self.version}/{self.steps_total} "
