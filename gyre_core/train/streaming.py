@@ -1,0 +1,228 @@
+"""Streaming steps over a core and weight-only satellites (the paper's cells), on the
+plain :class:`~gyre_core.train.trainer.Trainer`: one process per unit, the model whole in
+each.
+
+**Roles.** Rank 0 is the *core*: the authoritative weights and the only AdamW state.
+Ranks 1.. are *satellites*: weights only (their trainer never steps, so its optimizer never
+allocates state). Units join in rank order, core first, so the members of a step are
+always ranks ``0..k-1`` and reduce over one of the process groups made in advance, one per
+prefix (:func:`prefix_groups`: every rank builds them together, at start, in the same
+order; gloo on CPU, NCCL on GPUs, the same calls).
+
+**A step.** The core opens it (:meth:`StreamStep.lead`): it publishes a snapshot (its
+weights, the step's micro-steps as packed samples, the version and the batch's normaliser)
+and counts itself the first member. Every member claims micro-steps one at a time from a
+shared counter (``TCPStore.add`` is atomic, so faster members take more), runs each
+forward and backward with the loss unnormalised, and counts it done. A satellite may join
+a step in progress (:meth:`StreamStep.serve`): it pulls the snapshot, claims what is left
+and takes part in the reduction; it may join only as the next rank of the prefix. Once
+every micro-step is done the core closes the join window (a satellite that has not joined
+by then waits for the next step), the members' gradients are summed on the core
+(``reduce`` over the prefix's group, a flat buffer on the training device), and the core
+divides by the normaliser, clips and steps AdamW. The new weights reach the satellites in
+the next step's snapshot; a satellite that leaves between steps has nothing to hand back.
+
+**Offload.** The core's AdamW state goes to host memory while the core serves rollouts and
+comes back to train (:func:`offload_optimizer`, :func:`restore_optimizer`), bit for bit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import astuple, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from gyre_core.train.losses import LossStats, count_fresh
+from gyre_core.train.trainer import Trainer
+from gyre_core.trajectory.sample import PackedSample
+
+CORE = 0
+POLL_S = 0.002
+CLOSED = "closed:"
+
+
+def prefix_groups(world: int) -> dict[int, Any]:
+    """The process groups of the prefixes ``0..k-1`` for ``k`` in ``2..world`` (a collective:
+    every rank calls it once, at start, before any step)."""
+    return {k: dist.new_group(list(range(k))) for k in range(2, world + 1)}
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What a member needs to work on a step: the weights, the micro-steps, the version
+    they train at and the batch's normaliser (``count_fresh`` of the whole batch)."""
+
+    weights: dict[str, torch.Tensor]
+    samples: list[PackedSample]
+    version: int
+    total: float
+
+
+class StreamStep:
+    """One process's part in streaming steps; ``folder`` holds the snapshots (shared by the
+    members), ``store`` the claim counters and the join window."""
+
+    def __init__(
+        self, trainer: Trainer, store: Any, groups: dict[int, Any], folder: str | Path
+    ) -> None:
+        self.trainer, self.store, self.groups = trainer, store, groups
+        self.folder = Path(folder)
+        self.rank = dist.get_rank()
+        self.claimed: list[int] = []  # the micro-steps this process ran in its last step
+
+    # ------------------------------------------------------------------ the core
+
+    def lead(self, step: int, samples: Sequence[PackedSample]) -> dict[str, float]:
+        """The core's step ``step`` on ``samples`` (its micro-steps, in claim order):
+        returns the step's metrics and the members it had (``members``)."""
+        if self.rank != CORE:
+            raise RuntimeError(f"rank {self.rank} is a satellite: only the core leads a step")
+        t = self.trainer
+        total = count_fresh(samples, t.version, t.staleness_bound)
+        weights = {n: v.detach().to("cpu") for n, v in t.model.state_dict().items()}
+        path = self.folder / f"step-{step}.pt"
+        torch.save(Snapshot(weights, list(samples), t.version, total), path)
+        self.store.set(self._key(step, "members"), "1")
+        self.store.set(self._key(step, "open"), str(path))
+        stats = self._work(step, samples, t.version)
+        n = len(samples)
+        while self._count(step, "done") < n:
+            time.sleep(POLL_S)
+        members = self._close(step)
+        stats = self._reduce(members, stats)
+        if total == 0:
+            t.optimizer.zero_grad(set_to_none=True)
+            return {**t.skipped(list(samples), t.version), "members": float(members)}
+        for _, p in t.params:
+            if p.grad is not None:
+                p.grad.div_(total)
+        out = t._optimizer_step()
+        return {**stats.summary(t.config.kl_coef), **out, "members": float(members)}
+
+    def _close(self, step: int) -> int:
+        key = self._key(step, "members")
+        while True:
+            cur = self.store.get(key).decode()
+            if self.store.compare_set(key, cur, CLOSED + cur).decode() == CLOSED + cur:
+                return int(cur)
+
+    # ------------------------------------------------------------------ satellites
+
+    def serve(self, step: int, join_when: Callable[[int], bool] | None = None) -> bool:
+        """A satellite's part in step ``step``: waits for it to open, then (once
+        ``join_when(micro-steps done)`` holds, at once without it) joins if the window is
+        still open and it is the prefix's next rank; returns whether it took part."""
+        if self.rank == CORE:
+            raise RuntimeError("the core leads its steps (lead), it does not serve them")
+        path = self._wait(self._key(step, "open"))
+        while join_when is not None and not join_when(self._count(step, "done")):
+            if self.store.get(self._key(step, "members")).decode().startswith(CLOSED):
+                return False
+            time.sleep(POLL_S)
+        if not self._join(step):
+            return False
+        snap: Snapshot = torch.load(path, weights_only=False)
+        t = self.trainer
+        t.model.load_state_dict(snap.weights)
+        t.version = snap.version
+        stats = self._work(step, snap.samples, snap.version)
+        members = int(self._wait(self._key(step, "members"), CLOSED)[len(CLOSED) :])
+        self._reduce(members, stats)
+        t.optimizer.zero_grad(set_to_none=True)
+        return True
+
+    def _join(self, step: int) -> bool:
+        key = self._key(step, "members")
+        while True:
+            cur = self.store.get(key).decode()
+            if cur.startswith(CLOSED) or int(cur) != self.rank:
+                return False  # closed, or not the prefix's next rank: a later step
+            want = str(self.rank + 1)
+            if self.store.compare_set(key, cur, want).decode() == want:
+                return True
+
+    # ------------------------------------------------------------------ every member
+
+    def _work(self, step: int, samples: Sequence[PackedSample], version: int) -> LossStats:
+        """Claim micro-steps until none is left: forward and backward of each, the
+        gradients accumulated unnormalised (the core divides the sum once)."""
+        t = self.trainer
+        t.model.train()
+        t.optimizer.zero_grad(set_to_none=True)
+        stats = LossStats()
+        self.claimed = []
+        while (i := int(self.store.add(self._key(step, "next"), 1)) - 1) < len(samples):
+            self.claimed.append(i)
+            loss, st = t._sample_loss(samples[i], version, 1.0)
+            stats.add(st)
+            if loss is not None:
+                torch.autograd.backward(loss)
+            self.store.add(self._key(step, "done"), 1)
+        return stats
+
+    def _reduce(self, members: int, stats: LossStats) -> LossStats:
+        """Sum the members' gradients and stats on the core (nothing with one member)."""
+        if members < 2 or self.rank >= members:
+            return stats
+        t, group = self.trainer, self.groups[members]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for _, p in t.params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        vec = torch.tensor(astuple(stats), dtype=torch.float64, device=flat.device)
+        dist.reduce(flat, dst=CORE, group=group)
+        dist.reduce(vec, dst=CORE, group=group)
+        if self.rank != CORE:
+            return stats
+        offset = 0
+        for _, p in t.params:
+            n = p.numel()
+            p.grad = flat[offset : offset + n].view_as(p).clone()
+            offset += n
+        return LossStats(*(float(x) for x in vec.tolist()))
+
+    def _key(self, step: int, name: str) -> str:
+        return f"stream/{step}/{name}"
+
+    def _count(self, step: int, name: str) -> int:
+        return int(self.store.add(self._key(step, name), 0))
+
+    def _wait(self, key: str, prefix: str = "") -> str:
+        while True:
+            if self.store.check([key]):
+                value = str(self.store.get(key).decode())
+                if value.startswith(prefix):
+                    return value
+            time.sleep(POLL_S)
+
+
+def offload_optimizer(trainer: Trainer) -> dict[int, dict[str, Any]]:
+    """Move the AdamW state to host memory (pinned where a GPU trains) and drop it from the
+    device: what the core does before it serves rollouts. Returns the host copy."""
+    host: dict[int, dict[str, Any]] = {}
+    pin = trainer.device.type == "cuda"
+    for i, (_, p) in enumerate(trainer.params):
+        state = trainer.optimizer.state.get(p)
+        if not state:
+            continue
+        host[i] = {
+            k: (v.detach().to("cpu").pin_memory() if pin else v.detach().to("cpu", copy=True))
+            if isinstance(v, torch.Tensor)
+            else v
+            for k, v in state.items()
+        }
+        del trainer.optimizer.state[p]
+    return host
+
+
+def restore_optimizer(trainer: Trainer, host: dict[int, dict[str, Any]]) -> None:
+    """Put the state :func:`offload_optimizer` took back on the training device."""
+    for i, (_, p) in enumerate(trainer.params):
+        if i in host:
+            trainer.optimizer.state[p] = {
+                k: v.to(p.device) if isinstance(v, torch.Tensor) and k != "step" else v
+                for k, v in host[i].items()
+            }
