@@ -41,6 +41,9 @@ class Snapshot:
     # boundary dispatch: rollouts are released in bursts of this many steps' batches, the
     # next burst only once every rollout of the last has ended (0: continuous admission)
     burst_steps: int = 0
+    # streaming training (the simulator's ``--streaming``; the runtime does not stream yet):
+    # a step may open on the first whole groups ready and take the rest as they finish
+    streaming: bool = False
 
     @property
     def units(self) -> int:
@@ -109,7 +112,8 @@ def idle_rollout_units(s: Snapshot) -> list[int]:
 
 
 def can_train(s: Snapshot) -> bool:
-    """A step may start: none runs, a batch is ready, and the training units in place hold
-    the training state (``min_train`` of them)."""
+    """A step may start: none runs, a batch is ready (under streaming, a whole group), and
+    the training units in place hold the training state (``min_train`` of them)."""
     units = len(s.ready_units(TRAIN))
-    return not s.training and s.ready >= s.rollouts_per_step and units >= max(1, s.min_train)
+    need = 1 if s.streaming else s.rollouts_per_step
+    return not s.training and s.ready >= need and units >= max(1, s.min_train)

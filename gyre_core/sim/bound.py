@@ -26,6 +26,11 @@ full rate -- and steps run one after another.
   ``P_steps``. Colocate admits less than the rule allows, and a cap on running rollouts
   (``max_concurrent``) only delays starts, so the bound holds for them too.
 
+Under streaming (``CostModel.streaming``) a step trains its batch as it arrives, so after
+its last rollout it needs only its update: the path and admission terms count the step's
+whole time from the previous publish, and from its batch's last rollout only
+``step_overhead_s``.
+
 No switch, sync or drain cost is counted: the bound holds for every policy.
 """
 
@@ -64,12 +69,23 @@ def _step_times(c: CostModel, steps: int, step_tokens: Sequence[int]) -> list[fl
     return [step_time(step_tokens[k] if k < len(step_tokens) else 0, c) for k in range(steps)]
 
 
+def _publish(c: CostModel, previous: float, ready: float, took: float) -> float:
+    """The earliest a step can publish: after the previous one (its weights are the ones
+    it trains) by its own time, and after its batch is ``ready``: by its whole time, or
+    under streaming (which trains the batch as it arrives) by the update alone."""
+    if c.streaming:
+        return max(previous + took, ready + c.step_overhead_s)
+    return max(previous, ready) + took
+
+
 def critical_path(
     trace: list[TraceRollout], c: CostModel, step_tokens: Sequence[int] = ()
 ) -> float:
     steps = len(trace) // c.rollouts_per_step
     trained = trace[: steps * c.rollouts_per_step]
     last = _step_times(c, steps, step_tokens)[-1] if steps else c.step_overhead_s
+    if c.streaming:  # the last step may have trained all but the last rollout already
+        last = c.step_overhead_s
     return max((rollout_path(r, c) for r in trained), default=0.0) + last
 
 
@@ -91,7 +107,7 @@ def admission_path(
             bisect.insort(finishes, published[v] + paths[admitted])
             admitted += 1
         # the (k*b)-th earliest finish among them, then the step itself
-        published.append(max(published[-1], finishes[k * b - 1]) + took[k - 1])
+        published.append(_publish(c, published[-1], finishes[k * b - 1], took[k - 1]))
     return published[-1]
 
 
@@ -117,7 +133,7 @@ def window_path(
             pool = sorted(rollout_s[(v + ahead) * b : (k + ahead) * b])
             work = sum(pool[:need]) + (k - 1 - v) * train_s
             best = max(best, published[v] + work / c.units)
-        published.append(max(published[-1], best) + took[k - 1])
+        published.append(_publish(c, published[-1], best, took[k - 1]))
     return published[-1]
 
 

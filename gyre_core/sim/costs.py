@@ -52,6 +52,9 @@ class CostModel:
     # dispatch: 0 admits continuously; k > 0 releases rollouts in bursts of k steps'
     # batches, the next once every rollout of the last has ended (the paper's baselines)
     burst_steps: int = 0
+    # streaming training: 1 opens a step on the first whole groups ready and takes the rest
+    # of its batch as they finish, units entering training joining it (sim/stream.py)
+    streaming: int = 0
     step_overhead_s: float = 5.0  # per training step: optimizer, checkpoint bookkeeping
     # Memory: a step needs the training state (parameters, gradients, optimizer state) in GPU
     # memory. params_b billion parameters at train_bytes_per_param take at least
@@ -107,6 +110,8 @@ class CostModel:
             )
         if self.max_concurrent < 0:
             raise CostError(f"--max-concurrent: must be >= 0, got {self.max_concurrent}")
+        if self.streaming not in (0, 1):
+            raise CostError(f"--streaming: must be 0 or 1, got {self.streaming}")
         if self.burst_steps < 0:
             raise CostError(
                 f"--burst-steps: must be >= 0 (0: continuous dispatch), got {self.burst_steps}"

@@ -85,20 +85,22 @@ class Ready:
             again = f"{tr.rollout_id}+{len(self.extra)}"
             self.extra.append(replace(tr, rollout_id=again, group_id=f"{tr.group_id}+"))
 
-    def take(self, version: int) -> list[int] | None:
-        """The next step's sessions, taken out of the ready ones (None: no full batch)."""
-        b = self.costs.rollouts_per_step
-        if len(self.ids) < b:
+    def take(self, version: int, limit: int = 0) -> list[int] | None:
+        """The next step's sessions, taken out of the ready ones (None: no full batch).
+        ``limit`` > 0 (a streaming step): whatever is ready of at most ``limit`` rollouts,
+        whole groups, oldest first (None: nothing)."""
+        b = limit or self.costs.rollouts_per_step
+        if not self.ids or (not limit and len(self.ids) < b):
             return None
         if self.grouped:
             self.drop_stale(version)
             groups = self.ranked(version)[0][: b // self.size]
-            if len(groups) * self.size < b:
+            if not groups or (not limit and len(groups) * self.size < b):
                 return None
             batch = self._remove_groups(groups)
         else:
             picked = (
-                list(range(b))
+                list(range(min(b, len(self.ids))))
                 if self.order == batching.ARRIVAL
                 else batching.take(self.ids, b, version, self.order)
             )

@@ -29,6 +29,7 @@ from gyre_core.sim.queue import DEADLINE, DONE, DRAINED, READY, STEP, SWITCHED, 
 from gyre_core.sim.ready import Ready
 from gyre_core.sim.router import Router
 from gyre_core.sim.session import Session, Stats
+from gyre_core.sim.stream import OpenStep
 from gyre_core.sim.summary import summarize
 from gyre_core.sim.switch import Switches
 from gyre_core.sim.workload import TraceRollout
@@ -70,6 +71,10 @@ class Simulator:
         sink: ev.EventSink | None = None,
     ) -> None:
         check_options(mode, batch_order)
+        if costs.streaming and batch_order != batching.ARRIVAL:
+            raise ValueError(
+                "--streaming 1 takes groups as they finish: it needs --batch-order arrival"
+            )
         self.costs, self.policy, self.mode = costs, policy, mode
         self.batch_order = batch_order
         self.sink = sink or ev.NullSink()
@@ -114,6 +119,8 @@ class Simulator:
             self.switches.account,
         )
         self.in_flight = 0  # sessions with a call on an engine or queued at the router
+        self.open: OpenStep | None = None  # a streaming step in progress
+        self.step_epoch = 0
         self.makespan = 0.0
 
     # ------------------------------------------------------------------ event queue
@@ -201,10 +208,13 @@ class Simulator:
             max_active=c.max_concurrent,
             min_train=c.min_train_units,
             burst_steps=c.burst_steps,
+            streaming=bool(c.streaming),
         )
 
     def decide(self) -> None:
         self.ready.drop_stale(self.version)
+        if self.open is not None:
+            self.feed_step()
         d: Decision = self.policy.decide(self.snapshot())
         for u, role in sorted(d.targets.items()):
             self.switches.begin(u, role)
@@ -383,10 +393,27 @@ class Simulator:
         units = self.cluster.with_role(TRAIN)
         if self.training or not units:
             return
+        if self.costs.streaming:
+            batch = self.ready.take(self.version, limit=self.costs.rollouts_per_step)
+            if not batch:
+                return
+            self.step_epoch += 1
+            self.open = OpenStep(self.version + 1, self.step_epoch, len(units), self.t)
+            self.switches.start_step(units)
+            self.consume(batch)
+            return
         batch = self.ready.take(self.version)
         if batch is None:
             return
-        step = self.version + 1
+        tokens = self.count_batch(batch, self.version + 1)
+        self.stats.tokens_trained += tokens
+        self.stats.step_tokens.append(tokens)
+        self.switches.start_step(units)
+        secs = self.costs.step_s(tokens, len(units))
+        self.push(self.t + secs, STEP, self.version + 1)
+
+    def count_batch(self, batch: list[int], step: int) -> int:
+        """The tokens step ``step`` trains of ``batch``; their lags and masked tokens."""
         tokens = 0
         for i in batch:
             s = self.sessions[i]
@@ -396,13 +423,46 @@ class Simulator:
                 self.stats.staleness[lag] += n
                 if lag > self.costs.staleness:
                     self.stats.tokens_masked += n
-        self.stats.tokens_trained += tokens
-        self.stats.step_tokens.append(tokens)
-        self.switches.start_step(units)
-        secs = self.costs.step_s(tokens, len(units))
-        self.push(self.t + secs, STEP, step)
+        return tokens
 
-    def on_step(self, step: int, _: int) -> bool:
+    def consume(self, batch: list[int]) -> None:
+        """A streaming step takes ``batch``; once its whole batch is taken, its update is
+        due when the units are done with it."""
+        o = self.open
+        assert o is not None
+        o.add(self.t, self.count_batch(batch, o.step), len(batch), self.costs.train_tok_s)
+        if o.taken >= self.costs.rollouts_per_step:
+            o.full = True
+            self.stats.tokens_trained += o.tokens
+            self.stats.step_tokens.append(o.tokens)
+            self.push(o.busy_until + self.costs.step_overhead_s, STEP, o.step, o.epoch)
+
+    def feed_step(self) -> None:
+        """The open step takes the groups ready since, and the units that entered training
+        since join it while it has work left (its window closes when its update is due)."""
+        o = self.open
+        assert o is not None
+        if o.busy_until > self.t:
+            step_units = self.switches.step_units
+            joined = [u for u in self.cluster.with_role(TRAIN) if u not in step_units]
+            for u in joined:
+                self.switches.account(u)
+                step_units.append(u)
+                o.join(self.t)
+            if joined and o.full:  # the update comes sooner: its event again
+                self.step_epoch += 1
+                o.epoch = self.step_epoch
+                self.push(o.busy_until + self.costs.step_overhead_s, STEP, o.step, o.epoch)
+        if not o.full:
+            batch = self.ready.take(self.version, limit=self.costs.rollouts_per_step - o.taken)
+            if batch:
+                self.consume(batch)
+
+    def on_step(self, step: int, epoch: int) -> bool:
+        if self.open is not None:
+            if epoch != self.open.epoch:
+                return False
+            self.open = None
         self.switches.end_step()
         self.version = step
         self.makespan = self.t

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gyre_core import events as ev
-from gyre_core.cluster import ClusterError
+from gyre_core.cluster import ROLLOUT, TRAIN, ClusterError
+from gyre_core.scheduler.base import Decision, Snapshot, can_train
 from gyre_core.scheduler.policies import Async, Colocate, Elastic, make_policy
 from gyre_core.sim.costs import CostError, CostModel
 from gyre_core.sim.simulator import Simulator
@@ -76,6 +77,46 @@ def test_processor_sharing_by_hand() -> None:
     assert out["makespan_s"] == pytest.approx(15.0 + 170 / 22 + 1.0, abs=2e-3)
     assert out["gpu_seconds_by_role"]["rollout_busy"] == pytest.approx(15.0, abs=2e-3)
     assert out["gpu_seconds_by_role"]["train"] == pytest.approx(out["makespan_s"], abs=2e-3)
+
+
+def test_a_streaming_step_opens_on_the_first_group_by_hand() -> None:
+    # As above, but the step opens at 10 s on r0 (60 tokens: done at 10 + 60/22 s) and
+    # takes r1 when it ends at 15 s: 110/22 = 5 s more, plus 1 s of update.
+    out, _ = run([rollout(0, 50), rollout(1, 100)], Async(1, 1), replace(HAND, streaming=1))
+    assert out["makespan_s"] == pytest.approx(15.0 + 5.0 + 1.0, abs=2e-3)
+    assert out["tokens_trained"] == 170 and out["steps"] == 1
+    with pytest.raises(ValueError, match=r"--streaming 1 .* --batch-order arrival"):
+        run([rollout(0, 50), rollout(1, 100)], Async(1, 1), replace(HAND, streaming=1),
+            batch_order="index")  # fmt: skip
+    with pytest.raises(CostError, match="--streaming"):
+        replace(HAND, streaming=2)
+
+
+class _LendWhileTraining:
+    """Units 0 and 2 serve, unit 1 trains; while a step runs, an idle unit 2 moves to
+    training (it joins the step in progress under streaming)."""
+
+    name = "lend"
+
+    def initial_roles(self, units: int) -> list[str]:
+        return [ROLLOUT, TRAIN, ROLLOUT]
+
+    def decide(self, s: Snapshot) -> Decision:
+        move = s.training and s.roles[2] == ROLLOUT and s.loads[2] == 0
+        return Decision(targets={2: TRAIN} if move else {}, admit=s.admissible,
+                        start_step=can_train(s))  # fmt: skip
+
+
+def test_a_unit_entering_training_joins_the_step_in_progress_by_hand() -> None:
+    # r0 (50 tokens) on unit 0 ends at 5 s, r1 (20) on unit 2 at 2 s. The step opens at 2 s
+    # on r1 (30 tokens). At 5 s it takes r0 (60/22 s of work: done at 7.727 s on one unit)
+    # and the policy, deciding next, moves the idle unit 2 (2 s): in training at 7 s, it
+    # joins, and the 0.727 s left take half that: the update (1 s) starts at 7.364 s.
+    costs = replace(HAND, gpus=3, streaming=1, switch_s=2.0)
+    out, _ = run([rollout(0, 50), rollout(1, 20)], _LendWhileTraining(), costs)
+    assert out["makespan_s"] == pytest.approx(7.0 + (5 + 60 / 22 - 7) / 2 + 1.0, abs=2e-3)
+    alone, _ = run([rollout(0, 50), rollout(1, 20)], Async(2, 1), costs)
+    assert alone["makespan_s"] == pytest.approx(5 + 60 / 22 + 1.0, abs=2e-3)
 
 
 def test_tool_time_and_turns_by_hand() -> None:
@@ -156,11 +197,12 @@ SMALL = CostModel(gpus=32, rollouts_per_step=16, max_seqs_per_unit=16, group_siz
     st.integers(0, 10_000),
     st.sampled_from(["colocate", "async", "elastic"]),
     st.sampled_from(["migrate", "restart"]),
-    st.sampled_from(["arrival", "index"]),
+    st.sampled_from(["arrival", "index", "streaming"]),
 )
 def test_invariants(kind: str, seed: int, policy: str, mode: str, order: str) -> None:
     trace = generate(kind, 48, seed)  # type: ignore[arg-type]
-    costs = replace(SMALL, drain_s=5.0)
+    costs = replace(SMALL, drain_s=5.0, streaming=int(order == "streaming"))
+    order = "index" if order == "index" else "arrival"
     out, sink = run(trace, make_policy(policy, costs.units), costs, mode, order)
     assert out["steps"] == 3
     total = costs.gpus * out["makespan_s"]  # makespan is rounded to ms
