@@ -86,8 +86,10 @@ class Snapshot:
     @property
     def burst_ahead(self) -> int:
         """How far ahead an on-policy policy admits: its own batch, or under boundary
-        dispatch a burst of ``burst_steps`` batches (the later ones trained off-policy)."""
-        return max(0, self.burst_steps - 1)
+        dispatch a burst of ``burst_steps`` batches (the later ones trained off-policy),
+        never further than the admission bound lets every policy."""
+        ahead = self.staleness if self.admit_staleness < 0 else self.admit_staleness
+        return min(max(0, self.burst_steps - 1), ahead)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,8 @@ class Colocate:
     engine reloads the new weights as part of that switch), then starts the next batch.
     Under boundary dispatch with bursts of ``k`` steps it generates ``k`` batches at once
     and trains them one step after another before switching back (the later steps
-    off-policy, as the paper's Colocate with multi-step bursts)."""
+    off-policy, as the paper's Colocate with multi-step bursts; never past the admission
+    bound, as every policy)."""
 
     name = "colocate"
 

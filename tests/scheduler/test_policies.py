@@ -74,6 +74,7 @@ def test_boundary_dispatch_releases_bursts_for_every_policy() -> None:
         assert pol.decide(two).admit == 2 * B
     col = Colocate()  # a burst of k batches, trained one step after another
     assert col.decide(snap([ROLLOUT] * 4, burst_steps=3, staleness=2)).admit == 3 * B
+    assert col.decide(snap([ROLLOUT] * 4, burst_steps=4, staleness=2)).admit == 3 * B  # bound
     assert col.decide(snap([ROLLOUT] * 4, burst_steps=0)).admit == B
     assert col.decide(snap([TRAIN] * 4, burst_steps=3, version=1, ready=2 * B)).start_step
     cfg = RunConfig.from_dict({"scheduler": {"dispatch": "boundary", "burst_steps": 4}})
