@@ -28,6 +28,7 @@ from gyre_core.scheduler import batching
 from gyre_core.scheduler.policies import POLICIES, Async, fixed_split_policies, make_policy
 from gyre_core.sim.compare import compare
 from gyre_core.sim.costs import CostError, CostModel
+from gyre_core.sim.regime import describe as describe_regime
 from gyre_core.sim.simulator import MODES, Simulator
 from gyre_core.sim.workload import KINDS, describe, generate, read_trace, write_trace
 
@@ -304,6 +305,7 @@ def _print_comparison(result: dict[str, Any], costs: CostModel, mode: str, wall:
         f"async split {q1['split']} (best on the first quarter of the trace): "
         f"{q1['goodput_tok_s']:,.1f} tok/s, {q1['timeouts']} timeouts"
     )
+    print(f"regime    {describe_regime(result['regime'])}")
     terms = ", ".join(f"{k[:-2]} {v:,.1f} s" for k, v in e["bound_terms_s"].items())
     print(
         f"bound     {e['lower_bound_s']:,.1f} s ({terms}): no policy trains faster than "

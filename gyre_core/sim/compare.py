@@ -42,6 +42,7 @@ from typing import Any
 from gyre_core.cluster import Cluster
 from gyre_core.scheduler.policies import make_policy
 from gyre_core.sim.costs import CostModel
+from gyre_core.sim.regime import regime
 from gyre_core.sim.simulator import Simulator
 from gyre_core.sim.workload import TraceRollout
 
@@ -201,6 +202,8 @@ def compare(
         # over async's: no policy can beat the best split by more
         "ceiling_goodput_tok_s": ceiling,
         "ceiling_vs_async": _ratio(ceiling, async_summary["goodput_tok_s"]),
+        # the regime the trace and costs are in (sim/regime.py)
+        "regime": regime(trace, costs),
     }
 
 

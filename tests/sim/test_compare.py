@@ -148,3 +148,21 @@ def test_an_impossible_cluster_is_refused_before_any_simulation(
     assert lines == []
     with pytest.raises(ValueError, match="at least 2 units"):
         search(1, float)
+
+
+def test_the_regime_diagnostics_by_hand() -> None:
+    from dataclasses import replace
+
+    from gyre_core.sim.regime import describe, regime
+    from tests.sim.test_simulator import HAND, rollout
+
+    # Two rollouts of a 10-token prompt and 100 decoded tokens: 10 s each at the best
+    # decode rate (64 sequences at 10/64 tok/s each), 110 tokens each to train at 22 tok/s.
+    r = regime([rollout(0, 100), rollout(1, 100)], HAND)
+    assert r["train_over_rollout"] == pytest.approx(10 / 20, abs=1e-4)
+    assert r["balanced_train_units"] == pytest.approx(2 * 10 / 30, abs=0.01)
+    assert (r["floor_train_units"], r["live_rollouts"], r["slots"]) == (1, 6, 128)
+    capped = regime([rollout(0, 100), rollout(1, 100)], replace(HAND, max_concurrent=4))
+    assert capped["live_rollouts"] == 4
+    line = describe(regime([rollout(0, 100)] * 2, replace(HAND, burst_steps=2, streaming=1)))
+    assert "bursts of 2 steps" in line and "streaming steps" in line
