@@ -32,9 +32,10 @@ import numpy.typing as npt
 
 from gyre_core.jsonl import LocatedError, json_lines
 
-Kind = Literal["xlong", "mixed", "uniform", "drift", "phases", "bursts"]
-# the steady kinds, then the kinds whose demand moves over the trace
-KINDS: tuple[Kind, ...] = ("xlong", "mixed", "uniform", "drift", "phases", "bursts")
+Kind = Literal["xlong", "mixed", "uniform", "drift", "phases", "bursts", "paper"]
+# the steady kinds, then the kinds whose demand moves over the trace, then ``paper`` (last:
+# a kind's place seeds its draws, and the others' traces stay as they were)
+KINDS: tuple[Kind, ...] = ("xlong", "mixed", "uniform", "drift", "phases", "bursts", "paper")
 MOVING: tuple[Kind, ...] = ("drift", "phases", "bursts")
 DRIFT_RANGE = (
     0.5,
@@ -322,6 +323,29 @@ UNIFORM = _Regime(
     tool_max=30.0,
     timeout_s=3_600.0,
 )
+# The paper's flagship workload, NL2RepoBench as the reading note describes it: about 90
+# tool calls a task, about 18.8K-token specifications, executions of hours (61.1% past 4 h)
+# of which 38.2% end at the global timeout. A large reasoning model writes long turns and
+# runs the repository's tests often. Shaped so that, at DECODE_TOK_S a sequence,
+# ``describe`` finds 59% past 4 h and 39% past the 5.5 h timeout (2,048 rollouts, seed 0)
+# (docs/sim-workloads.md); in a simulation the share depends on the engines' load.
+PAPER = _Regime(
+    turns=(90.0, 0.35),  # p10 ~58, p90 ~140
+    turns_range=(20, 400),
+    task_share=0.6,  # hard specifications take every rollout of their group longer
+    task_prompt=(18_800.0, 0.3),
+    prompt=(1_500.0, 1.0),
+    prompt_max=40_000,
+    completion=(2_300.0, 0.8),  # reasoning before each call, now and then a whole file
+    completion_max=32_768,
+    quick_tool=(4.0, 1.0),
+    slow_share=(0.15, 0.6),  # the hidden-test-like suites a repository task runs
+    slow_tool=(240.0, 0.8),
+    slow_task_max=1_200.0,
+    slow_sigma=0.5,
+    tool_max=1_800.0,
+    timeout_s=5.5 * 3_600.0,
+)
 MIXED_SHORT_SHARE = 0.7  # share of the mixed workload's tasks (groups) that are chat-like
 CONTEXT_WINDOW = 1_000_000
 # Compact after a call that leaves more than this in the context (unless the rollout ends
@@ -457,6 +481,8 @@ def _assemble(kind: Kind, sizes: IntArray, rng: np.random.Generator) -> list[Tra
     else:
         short = np.zeros(n_tasks, dtype=bool)
     long_regime = XLONG if kind in ("xlong", "mixed", "bursts") else UNIFORM
+    if kind == "paper":
+        long_regime = PAPER
     short_turns = iter(_sample(SHORT, sizes[short], rng))
     long_turns = iter(_sample(long_regime, sizes[~short], rng))
     lo, hi = DRIFT_RANGE
