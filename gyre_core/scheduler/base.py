@@ -72,15 +72,20 @@ class Snapshot:
         ``i`` (in start order) is trained around step ``i // B + 1``; it may start at version
         ``v`` only if that step minus 1 minus ``v`` is at most ``ahead``. Never more than the
         cap on running rollouts (``max_active``) leaves room for. Under boundary dispatch
-        (``burst_steps`` > 0) nothing starts while a rollout of the last burst runs, and a
-        burst is at most ``burst_steps`` batches: the outstanding count only falls within
-        a burst (the paper's baselines)."""
+        (``burst_steps`` > 0) rollouts start a whole burst at a time (``burst_steps``
+        batches, at most ``ahead + 1``), once every rollout of the last burst has ended and
+        admission allows the whole burst: the outstanding count only falls within a burst
+        (the paper's baselines)."""
         limit = (self.version + ahead + 1) * self.rollouts_per_step
         n = max(0, min(self.remaining, limit - self.started))
         if self.max_active > 0:
             n = min(n, max(0, self.max_active - self.active_sessions))
-        if self.burst_steps > 0:
-            n = 0 if self.active_sessions else min(n, self.burst_steps * self.rollouts_per_step)
+        if self.burst_steps > 0:  # a whole burst or nothing, once the last has ended
+            burst = min(self.burst_steps, ahead + 1) * self.rollouts_per_step
+            whole = min(burst, self.remaining)
+            if self.max_active > 0:
+                whole = min(whole, self.max_active)
+            return min(n, burst) if not self.active_sessions and n >= whole else 0
         return n
 
     @property

@@ -29,7 +29,8 @@ class SchedulerConfig:
         "continuous",
         "every policy: 'continuous' starts a rollout whenever admission allows; "
         "'boundary' releases them in bursts of burst_steps batches, the next burst once "
-        "every rollout of the last has ended (the paper's baselines)",
+        "every rollout of the last has ended and admission allows all of it (the paper's "
+        "baselines)",
         choices=("continuous", "boundary"),
     )
     burst_steps: int = config_field(

@@ -67,8 +67,10 @@ def test_boundary_dispatch_releases_bursts_for_every_policy() -> None:
     assert replace(s, started=8, version=0, ready=8).admissible == B  # it ended: next
     two = replace(s, burst_steps=2)
     assert two.admissible == 2 * B
-    assert replace(two, started=16).admissible == B  # admission allows one batch more
+    assert replace(two, started=16).admissible == 0  # admission allows one batch: wait
+    assert replace(two, started=16, version=1, ready=8).admissible == 2 * B  # whole burst
     assert replace(two, max_active=5).admissible == 5
+    assert replace(two, burst_steps=5).admissible == 3 * B  # no further than admission
     for pol in (Async(3, 1), Elastic()):
         assert pol.decide(replace(s, active_sessions=2, started=8)).admit == 0
         assert pol.decide(two).admit == 2 * B
