@@ -21,7 +21,7 @@ from typing import Any
 from gyre_core import events as ev
 from gyre_core.cluster import ROLLOUT, SWITCHING, TRAIN, Cluster
 from gyre_core.scheduler import batching
-from gyre_core.scheduler.base import Decision, Policy, Snapshot
+from gyre_core.scheduler.base import Decision, FinishRate, Policy, Snapshot
 from gyre_core.sim.costs import CostError, CostModel
 from gyre_core.sim.ps_queue import Call, Engine
 from gyre_core.sim.queue import DEADLINE, DONE, DRAINED, READY, STEP, SWITCHED, EventQueue
@@ -113,6 +113,7 @@ class Simulator:
             self.switches.account,
         )
         self.in_flight = 0  # sessions with a call on an engine or queued at the router
+        self.finishes = FinishRate()  # the recent finish rate a policy predicts batches from
         self.makespan = 0.0
 
     # ------------------------------------------------------------------ event queue
@@ -196,6 +197,10 @@ class Simulator:
             admit_staleness=c.admission_ahead,
             max_active=c.max_concurrent,
             min_train=c.min_train_units,
+            finish_rate=self.finishes.rate(self.t),
+            mean_rollout_tokens=self.finishes.mean_tokens,
+            prefill_tok_s=c.prefill_tok_s,
+            drain_s=c.drain_s,
         )
 
     def decide(self) -> None:
@@ -344,7 +349,7 @@ class Simulator:
         s.status, s.finished = status, self.t
         self.router.set_unit(s, -1)
         self.live -= 1
-        self.ready.add(s)
+        self.finishes.observe(self.t, s.tokens, self.ready.add(s))
         v = sorted(s.versions) or [self.version]
         self.sink.emit(
             ev.RolloutFinished(

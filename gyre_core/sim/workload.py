@@ -32,9 +32,10 @@ import numpy.typing as npt
 
 from gyre_core.jsonl import LocatedError, json_lines
 
-Kind = Literal["xlong", "mixed", "uniform", "drift", "phases", "bursts"]
-# the steady kinds, then the kinds whose demand moves over the trace
-KINDS: tuple[Kind, ...] = ("xlong", "mixed", "uniform", "drift", "phases", "bursts")
+Kind = Literal["xlong", "mixed", "uniform", "drift", "phases", "bursts", "decode"]
+# the steady kinds, then the kinds whose demand moves over the trace, then ``decode`` (last:
+# a kind's place seeds its draws, and the others' traces stay as they were)
+KINDS: tuple[Kind, ...] = ("xlong", "mixed", "uniform", "drift", "phases", "bursts", "decode")
 MOVING: tuple[Kind, ...] = ("drift", "phases", "bursts")
 DRIFT_RANGE = (
     0.5,
@@ -322,6 +323,25 @@ UNIFORM = _Regime(
     tool_max=30.0,
     timeout_s=3_600.0,
 )
+# Reasoning-heavy agent turns: long completions (thinking, then a tool call or an answer),
+# short tool outputs, quick tools; an hour of decoding at ~40 tok/s a sequence.
+DECODE = _Regime(
+    turns=(16.0, 0.3),  # p10 ~11, p90 ~24
+    turns_range=(8, 40),
+    task_share=0.5,
+    task_prompt=(4_000.0, 0.3),
+    prompt=(400.0, 0.8),  # tool output: a test result, a short file excerpt
+    prompt_max=8_000,
+    completion=(6_000.0, 0.5),  # mean ~6,800: a long chain of thought before each call
+    completion_max=32_768,
+    quick_tool=(3.0, 0.5),
+    slow_share=(0.0, 0.0),
+    slow_tool=(1.0, 0.0),
+    slow_task_max=1.0,
+    slow_sigma=0.0,
+    tool_max=60.0,
+    timeout_s=4 * 3_600.0,
+)
 MIXED_SHORT_SHARE = 0.7  # share of the mixed workload's tasks (groups) that are chat-like
 CONTEXT_WINDOW = 1_000_000
 # Compact after a call that leaves more than this in the context (unless the rollout ends
@@ -457,6 +477,8 @@ def _assemble(kind: Kind, sizes: IntArray, rng: np.random.Generator) -> list[Tra
     else:
         short = np.zeros(n_tasks, dtype=bool)
     long_regime = XLONG if kind in ("xlong", "mixed", "bursts") else UNIFORM
+    if kind == "decode":
+        long_regime = DECODE
     short_turns = iter(_sample(SHORT, sizes[short], rng))
     long_turns = iter(_sample(long_regime, sizes[~short], rng))
     lo, hi = DRIFT_RANGE
