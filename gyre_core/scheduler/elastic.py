@@ -143,7 +143,7 @@ class Elastic:
     def _lending_pays(self, s: Snapshot) -> bool:
         """A unit lent now serves longer than its sessions' re-prefills cost (class doc)."""
         eta = self._eta(s)
-        if eta is None:
+        if eta is None or s.version == 0:  # what is lent before a step is not recalled
             return False
         serve = eta - 2 * s.switch_s - s.drain_s  # out, back, and the drain before it
         reprefill = 0.0
