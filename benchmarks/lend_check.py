@@ -6,13 +6,16 @@ trace, one simulation at a time, goodput printed as each finishes. Rows are buil
 
     .venv/bin/python benchmarks/lend_check.py                      # elastic on every row
     .venv/bin/python benchmarks/lend_check.py --async --rows seeds-uniform
+    .venv/bin/python benchmarks/lend_check.py --rows throughput-preset --set staleness=2
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -47,9 +50,12 @@ def main() -> None:
     p.add_argument("--rows", nargs="*", default=list(rows()), choices=list(rows()))
     p.add_argument("--async", dest="asy", action="store_true", help="also best-split async")
     p.add_argument("--colocate", action="store_true", help="also colocate")
+    p.add_argument("--set", nargs="*", default=[], metavar="FIELD=JSON", help="cost overrides")
     a = p.parse_args()
+    over = {k: json.loads(v) for k, v in (x.split("=", 1) for x in a.set)}
     for name in a.rows:
         kind, costs = rows()[name]
+        costs = replace(costs, **over)
         trace = generate(kind, STEPS * costs.rollouts_per_step, SEED)
         t0 = time.perf_counter()
         runs = {"elastic": Simulator(trace, costs, make_policy("elastic", costs.units)).run()}
