@@ -1,5 +1,6 @@
 """The rows of docs/sim-results.md that lending the trainer could change, quickly: elastic
-(and, with ``--async``, async at its best split; ``--colocate``: colocate) on each row's
+(and, with ``--async``, async at its best split; ``--colocate``: colocate; ``--no-lend``:
+elastic as it was before it lent the trainer, ``Elastic(lend=False)``) on each row's
 trace, one simulation at a time, goodput printed as each finishes. Rows are built as
 ``sim_bench.regimes`` builds them (no cap on running rollouts, 16 steps, seed 0);
 ``throughput-preset`` is ``configs/sim-seeds-throughput.json`` on ``decode``.
@@ -20,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gyre_core.scheduler.policies import make_policy
+from gyre_core.scheduler.policies import Elastic, make_policy
 from gyre_core.sim.compare import best_split
 from gyre_core.sim.costs import CostModel
 from gyre_core.sim.simulator import Simulator
@@ -50,6 +51,7 @@ def main() -> None:
     p.add_argument("--rows", nargs="*", default=list(rows()), choices=list(rows()))
     p.add_argument("--async", dest="asy", action="store_true", help="also best-split async")
     p.add_argument("--colocate", action="store_true", help="also colocate")
+    p.add_argument("--no-lend", action="store_true", help="also elastic that never lends")
     p.add_argument("--set", nargs="*", default=[], metavar="FIELD=JSON", help="cost overrides")
     a = p.parse_args()
     over = {k: json.loads(v) for k, v in (x.split("=", 1) for x in a.set)}
@@ -59,6 +61,8 @@ def main() -> None:
         trace = generate(kind, STEPS * costs.rollouts_per_step, SEED)
         t0 = time.perf_counter()
         runs = {"elastic": Simulator(trace, costs, make_policy("elastic", costs.units)).run()}
+        if a.no_lend:
+            runs["elastic, no lending"] = Simulator(trace, costs, Elastic(lend=False)).run()
         if a.colocate:
             runs["colocate"] = Simulator(trace, costs, make_policy("colocate", costs.units)).run()
         if a.asy:

@@ -5,6 +5,7 @@ rule (colocate is on-policy: it admits one batch at a time). Registry: :data:`PO
 (:func:`register_policy`); the config's ``scheduler.policy`` choices are its names. An
 entry that also builds its policy over a given split (:class:`FixedSplitFactory`, as
 ``async``'s does) is one that ``scheduler.rollout_units`` and ``--split`` apply to.
+``elastic`` lives in :mod:`gyre_core.scheduler.elastic`.
 """
 
 from __future__ import annotations
