@@ -43,7 +43,7 @@ from gyre_core.runtime.nccl_publish import NcclPublisher
 from gyre_core.runtime.plan import RunPlan
 from gyre_core.runtime.ray_backend import UnitEngine
 from gyre_core.runtime.train_group import TrainGroup, UnitsLost
-from gyre_core.scheduler.base import Policy, Snapshot
+from gyre_core.scheduler.base import FinishRate, Policy, Snapshot
 from gyre_core.trajectory.failures import step_figures
 from gyre_core.trajectory.format import Rollout
 from gyre_core.trajectory.paths import path_figures
@@ -141,6 +141,7 @@ class Loop:
         self.start_session, self.on_step = start_session, on_step
         self.total, self.per_step, self.steps = plan.total, plan.per_step, plan.steps
         self.ready: list[Rollout] = list(start.ready)
+        self.finishes = FinishRate()  # the recent finish rate the policy predicts batches from
         self.pending: list[int] = list(
             range(self.total) if start.pending is None else start.pending
         )
@@ -229,6 +230,7 @@ class Loop:
             if task.done():
                 del self.sessions[idx]
                 self.ready.append(task.result())
+                self.finishes.observe(self.clock(), _tokens(self.ready[-1]), self._usable_now())
         self._drop_stale()
 
     def snapshot(self, live: list[UnitSlot]) -> Snapshot:
@@ -260,7 +262,20 @@ class Loop:
             max_seqs_per_unit=self.max_seqs,
             switch_s=_mean(self.counters.switch_s, 1.0),
             train_tok_s=_rate(self.counters),
+            finish_rate=self.finishes.rate(self.clock()),
+            mean_rollout_tokens=self.finishes.mean_tokens,
+            drain_s=self.plan.drain_s,
         )
+
+    def _usable_now(self) -> int:
+        """The rollouts the one just finished makes trainable: its whole group once the
+        group is complete (whole-group arrival), else itself."""
+        if not batches.grouped(self.plan):
+            return 1
+        size = self.plan.config.rollout.group_size
+        g = batches.rollout_index(self.ready[-1]) // size
+        mates = sum(1 for r in self.ready if batches.rollout_index(r) // size == g)
+        return size if mates == size else 0
 
     def _usable(self) -> list[int]:
         """Positions in ``ready`` in the order the next steps train them (batching.py)."""

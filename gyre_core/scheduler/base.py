@@ -5,6 +5,7 @@ call the same policy objects with the same snapshots.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -44,6 +45,12 @@ class Snapshot:
     # streaming training (the simulator's ``--streaming``; the runtime does not stream yet):
     # a step may open on the first whole groups ready and take the rest as they finish
     streaming: bool = False
+    # What lending the training units to rollout between steps reads (elastic.py); the
+    # defaults mean "unknown", and elastic then never lends the units holding the state.
+    finish_rate: float = 0.0  # rollouts becoming trainable per second lately (FinishRate)
+    mean_rollout_tokens: float = 0.0  # tokens of a recently finished rollout (FinishRate)
+    prefill_tok_s: float = 0.0  # a rollout unit's prefill rate (0: re-prefill is free)
+    drain_s: float = 0.0  # how long a unit leaving rollout lets its calls finish
 
     @property
     def units(self) -> int:
@@ -124,3 +131,41 @@ def can_train(s: Snapshot) -> bool:
     units = len(s.ready_units(TRAIN))
     need = 1 if s.streaming else s.rollouts_per_step
     return not s.training and s.ready >= need and units >= max(1, s.min_train)
+
+
+class FinishRate:
+    """How fast finished rollouts become trainable (a GRPO group only once its last member
+    finishes), over the last ``window`` times some did, and the mean tokens of the last
+    ``window`` finished rollouts: what the simulator and the runtime put in a
+    :class:`Snapshot` (``finish_rate``, ``mean_rollout_tokens``) so that a policy can
+    predict when the next batch is ready."""
+
+    def __init__(self, window: int = 64) -> None:
+        self.arrivals: deque[tuple[float, int]] = deque(maxlen=window)
+        self.tokens: deque[int] = deque(maxlen=window)
+        self._usable = 0  # rollouts in ``arrivals``
+        self._tok = 0  # tokens in ``tokens``
+
+    def observe(self, t: float, tokens: int, usable: int) -> None:
+        """A rollout of ``tokens`` finished at ``t``, and ``usable`` rollouts became
+        trainable with it (its whole group, 1 without groups, 0 while its group waits)."""
+        if len(self.tokens) == self.tokens.maxlen:
+            self._tok -= self.tokens[0]
+        self.tokens.append(tokens)
+        self._tok += tokens
+        if usable > 0:
+            if len(self.arrivals) == self.arrivals.maxlen:
+                self._usable -= self.arrivals[0][1]
+            self.arrivals.append((t, usable))
+            self._usable += usable
+
+    def rate(self, t: float) -> float:
+        """Rollouts a second that became trainable after the oldest arrival kept, up to
+        ``t`` (0 before two arrivals); it falls while none come."""
+        if len(self.arrivals) < 2 or t <= self.arrivals[0][0]:
+            return 0.0
+        return (self._usable - self.arrivals[0][1]) / (t - self.arrivals[0][0])
+
+    @property
+    def mean_tokens(self) -> float:
+        return self._tok / len(self.tokens) if self.tokens else 0.0

@@ -32,12 +32,14 @@ class Ready:
         self._ranked: tuple[int, Ranked] | None = None  # by version
         self._usable: tuple[Ranked | None, tuple[int, int]] = (None, (0, 0))  # of a ranking
 
-    def add(self, s: Session) -> None:
+    def add(self, s: Session) -> int:
+        """``s`` finished: the sessions it makes trainable (its whole group once it is
+        complete, else none; itself without groups)."""
         self.ids.append(s.index)
         self.tokens += s.tokens
         self.finished += 1
         if not self.grouped:
-            return
+            return 1
         g = s.index // self.size
         members = self.members.setdefault(g, [])
         members.append(s.index)
@@ -45,6 +47,8 @@ class Ready:
             span = batching.merge(_span(self.sessions[i]) for i in members)
             self.complete[g] = batching.Complete(g, span, self.finished)
             self._ranked = None
+            return self.size
+        return 0
 
     def ranked(self, version: int) -> Ranked:
         """``batching.rank`` of the complete groups at ``version`` (kept until they or the

@@ -22,7 +22,7 @@ from typing import Any
 from gyre_core import events as ev
 from gyre_core.cluster import ROLLOUT, SWITCHING, TRAIN, Cluster
 from gyre_core.scheduler import batching
-from gyre_core.scheduler.base import Decision, Policy, Snapshot
+from gyre_core.scheduler.base import Decision, FinishRate, Policy, Snapshot
 from gyre_core.sim.costs import CostError, CostModel
 from gyre_core.sim.ps_queue import Call, Engine
 from gyre_core.sim.queue import DEADLINE, DONE, DRAINED, READY, STEP, SWITCHED, EventQueue
@@ -121,6 +121,7 @@ class Simulator:
         self.in_flight = 0  # sessions with a call on an engine or queued at the router
         self.open: OpenStep | None = None  # a streaming step in progress
         self.step_epoch = 0
+        self.finishes = FinishRate()  # the recent finish rate a policy predicts batches from
         self.makespan = 0.0
 
     # ------------------------------------------------------------------ event queue
@@ -209,6 +210,10 @@ class Simulator:
             min_train=c.min_train_units,
             burst_steps=c.burst_steps,
             streaming=bool(c.streaming),
+            finish_rate=self.finishes.rate(self.t),
+            mean_rollout_tokens=self.finishes.mean_tokens,
+            prefill_tok_s=c.prefill_tok_s,
+            drain_s=c.drain_s,
         )
 
     def decide(self) -> None:
@@ -359,7 +364,7 @@ class Simulator:
         s.status, s.finished = status, self.t
         self.router.set_unit(s, -1)
         self.live -= 1
-        self.ready.add(s)
+        self.finishes.observe(self.t, s.tokens, self.ready.add(s))
         v = sorted(s.versions) or [self.version]
         self.sink.emit(
             ev.RolloutFinished(

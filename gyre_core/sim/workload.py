@@ -32,10 +32,12 @@ import numpy.typing as npt
 
 from gyre_core.jsonl import LocatedError, json_lines
 
-Kind = Literal["xlong", "mixed", "uniform", "drift", "phases", "bursts", "paper"]
-# the steady kinds, then the kinds whose demand moves over the trace, then ``paper`` (last:
-# a kind's place seeds its draws, and the others' traces stay as they were)
-KINDS: tuple[Kind, ...] = ("xlong", "mixed", "uniform", "drift", "phases", "bursts", "paper")
+Kind = Literal["xlong", "mixed", "uniform", "drift", "phases", "bursts", "decode", "paper"]
+# the steady kinds, then the kinds whose demand moves over the trace, then ``decode`` and
+# ``paper`` (last: a kind's place seeds its draws, and the others' traces stay as they were)
+KINDS: tuple[Kind, ...] = (
+    "xlong", "mixed", "uniform", "drift", "phases", "bursts", "decode", "paper"
+)  # fmt: skip
 MOVING: tuple[Kind, ...] = ("drift", "phases", "bursts")
 DRIFT_RANGE = (
     0.5,
@@ -323,11 +325,31 @@ UNIFORM = _Regime(
     tool_max=30.0,
     timeout_s=3_600.0,
 )
+# Reasoning-heavy agent turns: long completions (thinking, then a tool call or an answer),
+# short tool outputs, quick tools; an hour of decoding at ~40 tok/s a sequence.
+DECODE = _Regime(
+    turns=(16.0, 0.3),  # p10 ~11, p90 ~24
+    turns_range=(8, 40),
+    task_share=0.5,
+    task_prompt=(4_000.0, 0.3),
+    prompt=(400.0, 0.8),  # tool output: a test result, a short file excerpt
+    prompt_max=8_000,
+    completion=(6_000.0, 0.5),  # mean ~6,800: a long chain of thought before each call
+    completion_max=32_768,
+    quick_tool=(3.0, 0.5),
+    slow_share=(0.0, 0.0),
+    slow_tool=(1.0, 0.0),
+    slow_task_max=1.0,
+    slow_sigma=0.0,
+    tool_max=60.0,
+    timeout_s=4 * 3_600.0,
+)
 # The paper's flagship workload, NL2RepoBench as the reading note describes it: about 90
 # tool calls a task, about 18.8K-token specifications, executions of hours (61.1% past 4 h)
 # of which 38.2% end at the global timeout. A large reasoning model writes long turns and
 # runs the repository's tests often. Shaped so that, at DECODE_TOK_S a sequence,
-# ``describe`` finds 59% past 4 h and 39% past the 5.5 h timeout (2,048 rollouts, seed 0)
+# ``describe`` finds 57-61% past 4 h and 40-42% past the 5.5 h timeout (4,096 and 2,048
+# rollouts, seed 0)
 # (docs/sim-workloads.md); in a simulation the share depends on the engines' load.
 PAPER = _Regime(
     turns=(90.0, 0.35),  # p10 ~58, p90 ~140
@@ -481,6 +503,8 @@ def _assemble(kind: Kind, sizes: IntArray, rng: np.random.Generator) -> list[Tra
     else:
         short = np.zeros(n_tasks, dtype=bool)
     long_regime = XLONG if kind in ("xlong", "mixed", "bursts") else UNIFORM
+    if kind == "decode":
+        long_regime = DECODE
     if kind == "paper":
         long_regime = PAPER
     short_turns = iter(_sample(SHORT, sizes[short], rng))

@@ -24,6 +24,7 @@ from gyre_core.sim.workload import (
     estimated_duration_s,
     generate,
     read_trace,
+    rollout_to_json,
     write_trace,
 )
 
@@ -246,3 +247,33 @@ def test_bursts_are_chat_like_with_blocks_of_long_tasks():
             for i in range(BURST_BLOCKS)]  # fmt: skip
     assert long == [i % BURST_EVERY == 1 for i in range(BURST_BLOCKS)]
     assert describe(rollouts)["duration_s"]["p99"] >= 3_600  # the bursts run for hours
+
+
+def test_decode_turns_are_decode_bound_and_hour_long():
+    rollouts = generate("decode", 400, 0)
+    d = describe(rollouts)
+    completion = sum(r.total_completion_tokens for r in rollouts)
+    prompt = sum(t.prompt_tokens for r in rollouts for t in r.turns)
+    assert completion / (completion + prompt) > 0.85  # decode-dominated turns
+    assert 30 * 60 < d["duration_s"]["p50"] < 90 * 60  # about an hour at 40 tok/s
+    assert d["timeout_share"] == 0.0 and d["compacted_share"] == 0.0
+
+
+def test_adding_decode_left_the_other_kinds_unchanged():
+    """Hashes of each kind's trace as generated before ``decode`` was added (KINDS order
+    seeds the draws: ``decode`` is last)."""
+    import hashlib
+
+    before = {
+        "xlong": "df2988e8fa78094e",
+        "mixed": "0a6943a337d2df77",
+        "uniform": "bac88e90289a61f9",
+        "drift": "2982304300b66a35",
+        "phases": "30c522e0b91db8e8",
+        "bursts": "8914619bdc78798c",
+    }
+    for kind, digest in before.items():
+        h = hashlib.sha256()
+        for r in generate(kind, 40, 1):
+            h.update(json.dumps(rollout_to_json(r), sort_keys=True).encode())
+        assert h.hexdigest()[:16] == digest, kind
