@@ -47,7 +47,7 @@ def rows(quick: bool) -> list[tuple[str, str, CostModel]]:
     out = [("seeds' preset", "paper", seeds)]
     throughput = ROOT / "configs/sim-seeds-throughput.json"
     if throughput.exists() and not quick:
-        out.append(("throughput preset", "paper", CostModel.load(throughput)))
+        out.append(("throughput preset", "decode", CostModel.load(throughput)))
     if not quick:
         out.append(("defaults, 64 GPUs", "xlong", CostModel(gpus=64, rollouts_per_step=64)))
     return out
@@ -67,7 +67,9 @@ def main(argv: list[str] | None = None) -> None:
     for label, kind, base in rows(a.quick):
         trace = generate(kind, STEPS * base.rollouts_per_step, SEED)  # type: ignore[arg-type]
         got: dict[tuple[int, int], dict[str, Any]] = {}
-        longest = base.admission_ahead + 1
+        longest = base.admission_ahead + 1  # the longest burst admission (and the cap) allow
+        if base.max_concurrent:
+            longest = min(longest, max(1, base.max_concurrent // base.rollouts_per_step))
         for burst in sorted({1, longest}):
             for streaming in (0, 1):
                 costs = replace(base, burst_steps=burst, streaming=streaming)
