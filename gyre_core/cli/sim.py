@@ -26,10 +26,11 @@ from gyre_core.events import JsonlSink
 from gyre_core.jsonl import JsonBoundsError, loads
 from gyre_core.scheduler import batching
 from gyre_core.scheduler.policies import POLICIES, Async, fixed_split_policies, make_policy
+from gyre_core.sim.checks import MODES
 from gyre_core.sim.compare import compare
 from gyre_core.sim.costs import CostError, CostModel
 from gyre_core.sim.regime import describe as describe_regime
-from gyre_core.sim.simulator import MODES, Simulator
+from gyre_core.sim.simulator import Simulator
 from gyre_core.sim.workload import KINDS, describe, generate, read_trace, write_trace
 
 Sub = Any  # argparse's private _SubParsersAction

@@ -23,7 +23,8 @@ from gyre_core import events as ev
 from gyre_core.cluster import ROLLOUT, SWITCHING, TRAIN, Cluster
 from gyre_core.scheduler import batching
 from gyre_core.scheduler.base import Decision, FinishRate, Policy, Snapshot
-from gyre_core.sim.costs import CostError, CostModel
+from gyre_core.sim.checks import check_options, check_training_fits
+from gyre_core.sim.costs import CostModel
 from gyre_core.sim.ps_queue import Call, Engine
 from gyre_core.sim.queue import DEADLINE, DONE, DRAINED, READY, STEP, SWITCHED, EventQueue
 from gyre_core.sim.ready import Ready
@@ -33,30 +34,6 @@ from gyre_core.sim.stream import OpenStep
 from gyre_core.sim.summary import summarize
 from gyre_core.sim.switch import Switches
 from gyre_core.sim.workload import TraceRollout
-
-MODES = ("migrate", "restart")
-
-
-def check_options(mode: str, batch_order: str) -> None:
-    if mode not in MODES:
-        raise ValueError(f"--switch-mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if batch_order not in batching.ORDERS:
-        raise ValueError(
-            f"--batch-order must be one of {', '.join(batching.ORDERS)}, got {batch_order!r}"
-        )
-
-
-def check_training_fits(costs: CostModel, policy: Policy, units: int) -> None:
-    """The training state fits on the units ``policy`` trains on (``units`` at most)."""
-    need = costs.min_train_units
-    fixed = getattr(policy, "train_units", None)  # a fixed split's training units
-    if need > units or (isinstance(fixed, int) and fixed < need):
-        have = units if fixed is None else fixed
-        raise CostError(
-            f"--params-b {costs.params_b:g}: the training state "
-            f"({costs.train_state_gb:,.0f} GB) needs {need} training units, "
-            f"and {policy.name} trains on at most {have}"
-        )
 
 
 class Simulator:
@@ -70,11 +47,7 @@ class Simulator:
         batch_order: str = batching.ARRIVAL,
         sink: ev.EventSink | None = None,
     ) -> None:
-        check_options(mode, batch_order)
-        if costs.streaming and batch_order != batching.ARRIVAL:
-            raise ValueError(
-                "--streaming 1 takes groups as they finish: it needs --batch-order arrival"
-            )
+        check_options(mode, batch_order, costs)
         self.costs, self.policy, self.mode = costs, policy, mode
         self.batch_order = batch_order
         self.sink = sink or ev.NullSink()
