@@ -68,11 +68,16 @@ class Snapshot:
         return [u for u, r in enumerate(self.roles) if r == role]
 
     @property
+    def ahead(self) -> int:
+        """How many versions ahead of the policy a rollout may start: ``admit_staleness``,
+        else the staleness bound."""
+        return self.staleness if self.admit_staleness < 0 else self.admit_staleness
+
+    @property
     def admissible(self) -> int:
         """Rollouts that may start now: within the admission bound (``admit_staleness``,
         else the staleness bound) and the cap on running rollouts (:meth:`admissible_ahead`)."""
-        ahead = self.staleness if self.admit_staleness < 0 else self.admit_staleness
-        return self.admissible_ahead(ahead)
+        return self.admissible_ahead(self.ahead)
 
     def admissible_ahead(self, ahead: int) -> int:
         """Rollouts that may start while running at most ``ahead`` versions ahead: rollout
@@ -100,8 +105,7 @@ class Snapshot:
         """How far ahead an on-policy policy admits: its own batch, or under boundary
         dispatch a burst of ``burst_steps`` batches (the later ones trained off-policy),
         never further than the admission bound lets every policy."""
-        ahead = self.staleness if self.admit_staleness < 0 else self.admit_staleness
-        return min(max(0, self.burst_steps - 1), ahead)
+        return min(max(0, self.burst_steps - 1), self.ahead)
 
 
 @dataclass(frozen=True, slots=True)
