@@ -10,7 +10,6 @@ send it, and a spy on the collectives (which still run) records each tensor's de
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -21,8 +20,9 @@ import torch.multiprocessing as mp
 from gyre_core.train.collectives import adamw_step, broadcast_plan, served_device_types
 from gyre_core.train.losses import LossStats
 from gyre_core.train.sharded import ShardedTrainer, unit_mesh
-from tests.train.test_sharded import _batch, _free_port
+from tests.train.test_sharded import _batch
 from tests.train.test_trainer import make_trainer, tiny_model
+from tests.train.world import alone, join_world, world_port
 
 CUDA, CPU = torch.device("cuda", 0), torch.device("cpu")
 F32, F64 = torch.float32, torch.float64
@@ -43,9 +43,8 @@ def _spy(devices: list[str]) -> None:
 def _process(rank: int, port: int, out: str) -> None:
     """2 units x 1 process: both step once; unit 1 then loses its state (a joining unit
     has no moments) and takes unit 0's, with the meta device as the default."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    join_world(rank, 2, port)
     try:
         sharded = ShardedTrainer(make_trainer(tiny_model()), unit_mesh(2, 1))
         sharded.step(_batch())
@@ -77,7 +76,8 @@ def _process(rank: int, port: int, out: str) -> None:
 
 def test_stats_and_a_joining_units_state_travel_on_the_training_device(tmp_path: Path) -> None:
     out = str(tmp_path / "rank")
-    mp.spawn(_process, args=(_free_port(), out), nprocs=2, join=True)
+    with world_port() as port:
+        mp.spawn(_process, args=(port, out), nprocs=2, join=True)
     got = [torch.load(f"{out}-{r}.pt", weights_only=False) for r in (0, 1)]
     for g in got:
         assert g["devices"] and set(g["devices"]) == {"cpu"}, g["devices"]
@@ -112,8 +112,7 @@ def test_state_is_planned_in_device_and_dtype_groups() -> None:
 
 
 def test_the_backends_name_their_devices() -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-    dist.init_process_group("cpu:gloo", rank=0, world_size=1)
+    alone("cpu:gloo")
     try:
         assert served_device_types() == {"cpu"}
     finally:

@@ -6,7 +6,6 @@ rounding in bfloat16), and whose tokenizer ``AutoTokenizer`` loads."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -23,8 +22,9 @@ from gyre_core.models.shape import ModelShape
 from gyre_core.train.checkpoint import save_checkpoint
 from gyre_core.train.export import checkpoint_weights, export_hf
 from gyre_core.train.sharded import ShardedTrainer, unit_mesh
-from tests.train.test_sharded import _batch, _free_port
+from tests.train.test_sharded import _batch
 from tests.train.test_trainer import make_trainer
+from tests.train.world import join_world, world_port
 
 SHAPE = ModelShape(300, layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32, intermediate=128,
                    max_positions=256, tie_embeddings=True)  # fmt: skip
@@ -36,9 +36,8 @@ def _process(rank: int, world: int, port: int, run: str) -> None:
     """Two steps on a 1 unit x 2 processes mesh, a sharded checkpoint after each as a run
     lays them out (``checkpoints/step-*``, plus the ``state.json`` the runtime adds); rank 0
     keeps the full weights of each version beside them."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    join_world(rank, world, port)
     try:
         model = AutoModelForCausalLM.from_pretrained(f"{run}/model", dtype=torch.float32)
         trainer = ShardedTrainer(make_trainer(model), unit_mesh(1, world))
@@ -59,7 +58,8 @@ def _process(rank: int, world: int, port: int, run: str) -> None:
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("export") / "run"
     init_checkpoint(root / "model", SHAPE, corpus=CORPUS)
-    mp.spawn(_process, args=(2, _free_port(), str(root)), nprocs=2, join=True)
+    with world_port() as port:
+        mp.spawn(_process, args=(2, port, str(root)), nprocs=2, join=True)
     return root
 
 

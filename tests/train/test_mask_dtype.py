@@ -6,7 +6,6 @@ query's dtype and that dtype's own most negative value (never -inf from a float3
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
@@ -17,16 +16,15 @@ import torch.nn.functional as F
 from gyre_core.train.config import TrainConfig
 from gyre_core.train.sharded import ShardedTrainer, unit_mesh
 from gyre_core.train.tree_attention import additive_mask, check_mask_dtype, tree_mask
-from tests.train.test_sharded import _free_port
 from tests.train.test_trainer import make_trainer, sample_rollouts, tiny_model
+from tests.train.world import alone
 
 BF16 = torch.bfloat16
 
 
 @pytest.fixture
 def group() -> Iterator[None]:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    alone("gloo")
     try:
         yield
     finally:

@@ -4,7 +4,6 @@ embeddings; FSDP2), activation checkpointing changes no gradient, and ``train.pr
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -28,7 +27,6 @@ from gyre_core.train.trainer import Trainer, demo_sample
 from gyre_core.train.tree_attention import token_logprobs, tree_forward
 from gyre_core.trajectory.sample import PackedSample
 from gyre_core.trajectory.synth import synth_rollouts
-from tests.train.test_sharded import _free_port
 from tests.train.test_trainer import (
     CONFIG,
     SYNTH,
@@ -36,6 +34,7 @@ from tests.train.test_trainer import (
     sample_rollouts,
     tiny_model,
 )
+from tests.train.world import join_world, world_port
 
 TIED = tiny_qwen3_config(ModelShape(
     32, layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32, intermediate=128,
@@ -219,9 +218,8 @@ def test_precision_is_checked_by_name() -> None:
 def _process(rank: int, port: int, out: str) -> None:
     """One of two FSDP2 processes of a training unit (gloo): a step with chunks of 3 and
     activation checkpointing in fp32, then one in bf16 (FSDP2's mixed precision)."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    join_world(rank, 2, port)
     try:
         batch = sample_rollouts(tiny_model(seed=1), groups=3, group_size=4, length=6, seed=7)
         cfg = TrainConfig(logit_chunk=3, activation_checkpointing=True)
@@ -239,7 +237,8 @@ def _process(rank: int, port: int, out: str) -> None:
 
 def test_fsdp2_with_chunks_and_checkpointing_takes_the_plain_step(tmp_path: Path) -> None:
     out = tmp_path / "sharded.pt"
-    mp.spawn(_process, args=(_free_port(), str(out)), nprocs=2, join=True)
+    with world_port() as port:
+        mp.spawn(_process, args=(port, str(out)), nprocs=2, join=True)
     got = torch.load(out)
     plain = make_trainer(tiny_model(), TrainConfig(logit_chunk=0))
     batch = sample_rollouts(tiny_model(seed=1), groups=3, group_size=4, length=6, seed=7)

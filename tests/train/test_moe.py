@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
@@ -27,8 +26,8 @@ from gyre_core.train import sparse_attention
 from gyre_core.train.export import export_hf
 from gyre_core.train.sharded import ShardedTrainer, decoder_layers, unit_mesh
 from gyre_core.train.tree_attention import token_logprobs, tree_forward
-from tests.train.test_sharded import _free_port
 from tests.train.test_trainer import make_trainer, sample_rollouts
+from tests.train.world import join_world, world_port
 
 SHAPE = ModelShape(512, layers=2, hidden=64, heads=2, kv_heads=1, head_dim=32,
                    max_positions=4096, experts=4, experts_per_token=2, moe_intermediate=64)  # fmt: skip
@@ -48,9 +47,8 @@ def _even(tokens: list[int]) -> float:
 def _process(rank: int, world: int, port: int, run: str) -> None:
     """One step on 1 unit x 2 processes, then a sharded checkpoint laid out as a run's;
     rank 0 keeps the full weights before and after, the metrics and its shard shapes."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    join_world(rank, world, port)
     try:
         model = AutoModelForCausalLM.from_pretrained(f"{run}/model", dtype=torch.float32)
         batch = sample_rollouts(model, groups=2, group_size=4, length=5, seed=3, reward=_even)
@@ -80,7 +78,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     state = load_file(weights)
     state["lm_head.weight"] = state["lm_head.weight"] * 30.0
     save_file(state, weights, metadata={"format": "pt"})
-    mp.spawn(_process, args=(2, _free_port(), str(root)), nprocs=2, join=True)
+    with world_port() as port:
+        mp.spawn(_process, args=(2, port, str(root)), nprocs=2, join=True)
     return root
 
 

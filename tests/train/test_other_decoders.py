@@ -5,7 +5,6 @@ gloo processes) equals the plain trainer's within 1e-5 relative."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +16,10 @@ from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig
 
 from gyre_core.train.sharded import ShardedTrainer, decoder_layers, unit_mesh
 from gyre_core.train.tree_attention import tree_forward
-from tests.train.test_sharded import _free_port, _relative
+from tests.train.test_sharded import _relative
 from tests.train.test_trainer import make_trainer, sample_rollouts
 from tests.train.test_tree_attention import L, path_to, tensors
+from tests.train.world import join_world, world_port
 
 SHAPE: dict[str, Any] = dict(
     vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -61,9 +61,8 @@ def _batch(folder: Path) -> list:  # type: ignore[type-arg]
 
 
 def _process(rank: int, world: int, port: int, folder: str, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    join_world(rank, world, port)
     try:
         trainer = ShardedTrainer(make_trainer(_load(Path(folder))), unit_mesh(1, world))
         metrics = trainer.step(_batch(Path(folder)))
@@ -81,7 +80,8 @@ def test_a_sharded_step_equals_the_plain_one(kind: str, tmp_path) -> None:  # ty
     plain = make_trainer(_load(folder))
     want_metrics = plain.step(_batch(folder))
     out = tmp_path / "out.pt"
-    mp.spawn(_process, args=(2, _free_port(), str(folder), str(out)), nprocs=2, join=True)
+    with world_port() as port:
+        mp.spawn(_process, args=(2, port, str(folder), str(out)), nprocs=2, join=True)
     got = torch.load(out)
     worst = max(_relative(got["params"][n], p.detach()) for n, p in plain.model.named_parameters())
     assert worst < 1e-5, f"parameters differ by {worst:.2e} relative"

@@ -6,8 +6,6 @@ written by 2 x 2 processes, and a step after it resumed on 1 x 2."""
 
 from __future__ import annotations
 
-import os
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ import torch.multiprocessing as mp
 from gyre_core.train.config import TrainConfig
 from gyre_core.train.sharded import ShardedTrainer, decoder_layers, mixed_precision, unit_mesh
 from tests.train.test_trainer import make_trainer, sample_rollouts, tiny_model
+from tests.train.world import join_world, world_port
 
 STEPS = 2
 
@@ -36,18 +35,11 @@ def _kl_trainer() -> Any:
     return make_trainer(tiny_model(), TrainConfig(kl_coef=0.1), tiny_model(seed=3))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _process(rank: int, world: int, units: int, port: int, out: str, ckpt: str, mode: str) -> None:
     """``mode``: ``steps`` (STEPS steps), ``save`` (one step, then a checkpoint in
     ``ckpt``) or ``resume`` (load ``ckpt``, then one step)."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    join_world(rank, world, port)
     try:
         plain = _kl_trainer() if mode == "kl" else make_trainer(tiny_model())
         trainer = ShardedTrainer(plain, unit_mesh(units, world // units))
@@ -70,8 +62,9 @@ def _process(rank: int, world: int, units: int, port: int, out: str, ckpt: str, 
 def _sharded(tmp_path: Path, units: int, per_unit: int, mode: str = "steps") -> dict:  # type: ignore[type-arg]
     out = tmp_path / f"{units}x{per_unit}-{mode}.pt"
     world = units * per_unit
-    args = (world, units, _free_port(), str(out), str(tmp_path / "ckpt"), mode)
-    mp.spawn(_process, args=args, nprocs=world, join=True)
+    with world_port() as port:
+        args = (world, units, port, str(out), str(tmp_path / "ckpt"), mode)
+        mp.spawn(_process, args=args, nprocs=world, join=True)
     return torch.load(out)  # type: ignore[no-any-return]
 
 

@@ -6,7 +6,6 @@ goes to host memory and back between the steps bit for bit."""
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,9 @@ from gyre_core.train.streaming import (
     prefix_groups,
     restore_optimizer,
 )
-from tests.train.test_sharded import _free_port, _relative
+from tests.train.test_sharded import _relative
 from tests.train.test_trainer import make_trainer, sample_rollouts, tiny_model
+from tests.train.world import join_world, world_port
 
 STEPS = 2
 SLOW_S = 0.15  # the core's pace a micro-step in ``join``: the satellite joins mid-step
@@ -39,11 +39,9 @@ def _trainer() -> Any:
     return make_trainer(tiny_model(), TrainConfig(max_tokens=64))
 
 
-def _process(rank: int, ports: tuple[int, int], folder: str, mode: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(ports[0]))
+def _process(rank: int, port: int, folder: str, mode: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
-    store = dist.TCPStore("127.0.0.1", ports[1], 2, is_master=rank == 0)
+    store = join_world(rank, 2, port)  # the claims' keys beside the group's own
     try:
         groups = prefix_groups(2)
         trainer = _trainer()
@@ -102,7 +100,8 @@ def _satellite_report(trainer: Any, folder: str, took: list[bool], claimed: list
 def _run(tmp_path: Path, mode: str) -> tuple[dict, dict | None]:  # type: ignore[type-arg]
     folder = tmp_path / mode
     folder.mkdir()
-    mp.spawn(_process, args=((_free_port(), _free_port()), str(folder), mode), nprocs=2)
+    with world_port() as port:
+        mp.spawn(_process, args=(port, str(folder), mode), nprocs=2)
     sat = folder / "satellite.pt"
     return torch.load(folder / "core.pt"), torch.load(sat) if sat.exists() else None
 
