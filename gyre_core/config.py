@@ -275,7 +275,23 @@ def _cross_checks(cfg: RunConfig) -> list[tuple[str, str]]:
         shlex.split(r.agent_command)
     except ValueError as e:
         errors.append(("rollout.agent_command", f"not a command line: {e}"))
-    return errors + _roles_problem(cfg)
+    return errors + _roles_problem(cfg) + _streaming_problems(cfg)
+
+
+def _streaming_problems(cfg: RunConfig) -> list[tuple[str, str]]:
+    """What ``scheduler.streaming`` needs of the other fields."""
+    s, errors = cfg.scheduler, []
+    if s.streaming and cfg.backend == "sim" and s.batch_order != "arrival":
+        problem = "takes groups as they finish: needs scheduler.batch_order arrival"
+        errors.append(("scheduler.streaming", problem))
+    if s.streaming and cfg.backend != "sim":
+        if cfg.cluster.gpus_per_unit != 1:
+            problem = "needs cluster.gpus_per_unit 1 (a streaming unit holds the whole model)"
+            errors.append(("scheduler.streaming", f"{problem}, got {cfg.cluster.gpus_per_unit}"))
+        if cfg.engine.weight_sync == "nccl":
+            problem = "sends the core's weights through the object store: set engine.weight_sync"
+            errors.append(("scheduler.streaming", f"{problem} to a value other than nccl"))
+    return errors
 
 
 def _roles_problem(cfg: RunConfig) -> list[tuple[str, str]]:

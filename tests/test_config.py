@@ -216,3 +216,20 @@ def test_ratio_cap_is_off_or_above_the_clip() -> None:
     assert err.value.errors == [
         ("train.ratio_cap", "must be > 1 + train.clip_high (1.28) or 0, got 1.1")
     ]
+
+
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        ({"cluster": {"gpus_per_unit": 2}}, "needs cluster.gpus_per_unit 1"),
+        ({"engine": {"weight_sync": "nccl"}}, "other than nccl"),
+        ({"backend": "sim", "scheduler": {"batch_order": "index"}}, "batch_order arrival"),
+    ],
+)
+def test_streaming_refuses_what_it_cannot_run_on_its_own_field(changes, problem) -> None:
+    scheduler = {"streaming": True, **changes.pop("scheduler", {})}
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_dict({**changes, "scheduler": scheduler})
+    errors = dict(err.value.errors)
+    assert list(errors) == ["scheduler.streaming"] and problem in errors["scheduler.streaming"]
+    assert RunConfig.from_dict({"scheduler": {"streaming": True}}).scheduler.streaming

@@ -42,6 +42,7 @@ from gyre_core.runtime.inventory import read_inventory
 from gyre_core.runtime.nccl_publish import NcclPublisher
 from gyre_core.runtime.plan import RunPlan
 from gyre_core.runtime.ray_backend import UnitEngine
+from gyre_core.runtime.stream_group import prefix_targets
 from gyre_core.runtime.train_group import TrainGroup, UnitsLost
 from gyre_core.scheduler.base import FinishRate, Policy, Snapshot
 from gyre_core.trajectory.failures import step_figures
@@ -186,7 +187,10 @@ class Loop:
             self._reap()
             live = [s for s in self.units if not s.dead]  # lost units leave the pool
             decision = self.policy.decide(self.snapshot(live))
-            for u, role in decision.targets.items():
+            targets = decision.targets
+            if self.plan.config.scheduler.streaming:  # the training units: a prefix of ranks
+                targets = prefix_targets(targets, [s.target for s in live])
+            for u, role in targets.items():
                 slot = live[u]
                 # A step's replica is never taken mid-step (nor is it in the simulator).
                 if slot.dead or slot.busy or slot.target == role or slot.id in self.step_units:
@@ -320,6 +324,9 @@ class Loop:
         await asyncio.gather(*(start(s) for s in self.units))
         for s in self.units:
             self._role(s, ROLLOUT)
+        if self.plan.config.scheduler.streaming:  # the training units: a prefix of ranks
+            moved = prefix_targets(dict(enumerate(roles)), [ROLLOUT] * len(roles))
+            roles = [moved.get(u, ROLLOUT) for u in range(len(roles))]
         for slot, role in zip(self.units, roles, strict=True):
             slot.target = role
         await asyncio.gather(*(self._switch(s, TRAIN) for s in self.units if s.target == TRAIN))

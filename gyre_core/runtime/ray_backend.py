@@ -212,9 +212,11 @@ class UnitActor:
 
     async def form(self, setup: TrainSetup, reference: str, spec: Any) -> dict[str, float]:
         from gyre_core.train.member import TrainMember
+        from gyre_core.train.stream_member import StreamMember
 
-        if self.member is None:
-            self.member = TrainMember(setup, self.checkpoint)
+        kind = StreamMember if spec.stream else TrainMember  # scheduler.streaming
+        if not isinstance(self.member, kind):
+            self.member = kind(setup, self.checkpoint)
         self.member.reference = reference  # read when the models are built
         store, self.store = (self.store, None) if spec.rank == 0 else (None, self.store)
         return await asyncio.to_thread(self.member.form, spec, store)
@@ -241,6 +243,27 @@ class UnitActor:
     async def sft(self, mine: list[Any], rounds: int, targets: int, lr: float) -> dict[str, float]:
         return await asyncio.to_thread(self._member().sft, mine, rounds, targets, lr)
 
+    # scheduler.streaming (train/stream_member.py): the core leads a step, satellites serve
+    # it (a late one joins it in progress); a unit out of the train role is parked.
+
+    async def stream_lead(self, step: int, samples: list[Any], version: int) -> dict[str, float]:
+        return await asyncio.to_thread(self._member().lead, step, samples, version)
+
+    async def stream_serve(self, step: int) -> dict[str, float]:
+        return await asyncio.to_thread(self._member().serve, step)
+
+    async def stream_park(self) -> dict[str, float]:
+        return await asyncio.to_thread(self._member().park)
+
+    async def stream_unpark(self) -> dict[str, float]:
+        return await asyncio.to_thread(self._member().unpark)
+
+    async def stream_reference(self, path: str) -> None:
+        await asyncio.to_thread(self._member().set_reference, path)
+
+    async def stream_info(self) -> dict[str, float]:
+        return dict(self._member().info())
+
     async def gather(self, bucket_bytes: int) -> list[Any] | None:
         """The group's weights put in Ray's object store a bucket at a time (a collective),
         in the dtype the run's engines serve (a vLLM unit's ``settings.dtype``: bf16 goes
@@ -250,7 +273,7 @@ class UnitActor:
 
         host: Any = self.host
         dtype = str(getattr(getattr(host, "settings", None), "dtype", "float32"))
-        model = self._member().sharded.trainer.model
+        model = self._member().model
         first = torch.distributed.get_rank() == 0
         tied = bool(getattr(host, "streams", False))
         return await asyncio.to_thread(gather_buckets, model, first, bucket_bytes, dtype, tied)
@@ -266,7 +289,7 @@ class UnitActor:
         engines' dtype, buckets of at most ``bucket_bytes``, tied weights once)."""
         from gyre_core.train.weight_out import WeightOut
 
-        model = self._member().sharded.trainer.model
+        model = self._member().model
         device = next(model.parameters()).device
         if device.type != "cuda":
             raise RuntimeError(f"engine.weight_sync nccl needs CUDA; the trainer is on {device}")

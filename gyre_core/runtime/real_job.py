@@ -42,6 +42,7 @@ from gyre_core.runtime.plan import RunPlan
 from gyre_core.runtime.ray_backend import RESOURCE, UnitActor, UnitEngine, start_ray
 from gyre_core.runtime.session import SessionFactory, make_model_dir
 from gyre_core.runtime.step_books import StepBooks
+from gyre_core.runtime.stream_group import StreamGroup
 from gyre_core.runtime.sysmetrics import SysMetricsPoller
 from gyre_core.runtime.threaded_sink import ThreadedSink
 from gyre_core.runtime.timed_router import TimedRouter
@@ -171,7 +172,7 @@ def _prepare(run: Setting, resume: bool) -> Prepared:
         data = OffPolicyData.read(path, factory.tokenizer, groups, cfg.model.chat_template)
         start.imported = data.take
     warm, books = WarmStart(factory), StepBooks(cfg, run.sink, run.clock)
-    trainer = TrainGroup(cfg, run.workdir)
+    trainer = (StreamGroup if cfg.scheduler.streaming else TrainGroup)(cfg, run.workdir)
     reference = run.workdir / REFERENCE_FILE
     if reference.exists() and resume:  # the warm-started policy, the KL's anchor
         trainer.reference = str(reference)
@@ -196,6 +197,7 @@ async def _bring_up(
     """Stage 2, the units started: the warm start or the resumed state on a group of every
     unit (the engines start from its weights), then the loop with its collaborators."""
     trainer, plan, router = prep.trainer, run.plan, prep.router
+    await trainer.attach(slots)  # a streaming world forms over every unit, once
     warm_first = trainer.version == 0 and plan.warm_start
     if warm_first or trainer.source.kind == CHECKPOINT:
         await trainer.resize(slots)  # every unit trains the warm start or reads the state
@@ -380,7 +382,7 @@ async def _warm_start(
     losses = await warm.run(trainer)
     if cfg.train.kl_coef > 0:  # the KL anchors RL to the warm start, not the init
         await trainer.write_weights(workdir / REFERENCE_FILE)
-        trainer.reference = str(workdir / REFERENCE_FILE)  # the groups formed from now on
+        await trainer.set_reference(str(workdir / REFERENCE_FILE))
     if cfg.warm_start.fresh_optimizer:
         await trainer.reset_optimizer()
     say(

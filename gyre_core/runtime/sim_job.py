@@ -89,6 +89,7 @@ def run_sim(
         admission_staleness=cfg.scheduler.admission_staleness,
         max_concurrent=cfg.scheduler.max_concurrent_rollouts,
         burst_steps=cfg.scheduler.bursts,
+        streaming=int(cfg.scheduler.streaming),
     )
     rollouts = min(s.rollouts, cfg.steps * s.rollouts_per_step)
     trace = generate(s.workload, rollouts, cfg.seed, group_size=costs.group_size)  # type: ignore[arg-type]

@@ -104,6 +104,15 @@ class TrainGroup:
 
     # ------------------------------------------------------------------ membership
 
+    async def attach(self, slots: Sequence[Any]) -> dict[str, float]:
+        """The run's units, once, before any change: a group formed by its changes needs
+        nothing here (a streaming one forms its world: runtime/stream_group.py)."""
+        return {}
+
+    async def set_reference(self, path: str) -> None:
+        """The KL reference's full weights file, for the groups formed from now on."""
+        self.reference = path
+
     async def join(self, slot: Any) -> dict[str, float]:
         self.wanted[slot.id] = slot
         return await self._settle()

@@ -36,6 +36,12 @@ class SchedulerConfig:
     burst_steps: int = config_field(
         1, "boundary dispatch only: a burst is this many steps' batches", min=1, max=64
     )
+    streaming: bool = config_field(
+        False,
+        "train in streaming steps (the paper's cells): the first unit holds the optimizer "
+        "state, the others weights only; every training unit claims micro-steps, and one "
+        "that enters training while a step runs joins it (needs cluster.gpus_per_unit 1)",
+    )
     switch_mode: str = config_field(
         "migrate",
         "how a unit leaves rollout: keep tokens or restart",

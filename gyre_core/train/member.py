@@ -71,6 +71,7 @@ class GroupSpec:
     version: int = 0
     strict: bool = False  # a checkpoint of other trainer settings is refused (a resume)
     key: str = ""  # this formation's own prefix in the rendezvous store
+    stream: str = ""  # a streaming world's snapshot folder (train/stream_member.py); "" none
 
     def __post_init__(self) -> None:
         if self.source not in (KEEP, CHECKPOINT, INIT):
@@ -124,6 +125,11 @@ class TrainMember:
     @property
     def formed(self) -> bool:
         return self.sharded is not None
+
+    @property
+    def model(self) -> Any:
+        """The model this process trains (its shards)."""
+        return self._trainer().trainer.model
 
     def _trainer(self) -> ShardedTrainer:
         if self.sharded is None:

@@ -26,20 +26,23 @@ from gyre_core.train.trainer import Trainer
 TRAINER_FILE = "trainer.json"  # a sharded checkpoint's version and trainer settings
 
 
-def save_state(trainer: Trainer, directory: Path, version: int | None = None) -> None:
+def save_state(
+    trainer: Trainer, directory: Path, version: int | None = None, *, alone: bool = False
+) -> None:
     """Write ``trainer``'s weights and AdamW state as a sharded checkpoint
     (``torch.distributed.checkpoint``: each process of a group its own shards; a trainer
     outside any group writes them whole) and, from the first process, ``trainer.json``
     (version, settings). It loads at any width (:func:`load_state`). A fresh optimizer (no
-    moments yet) is saved as such, so that it loads fresh."""
+    moments yet) is saved as such, so that it loads fresh. ``alone``: this process writes
+    its whole state in a group whose other processes take no part (a streaming core)."""
     fresh = not trainer.optimizer.state  # get_state_dict would take a zero step to fill it
     if fresh:
         state: dict[str, Any] = {"model": get_model_state_dict(trainer.model)}
     else:
         model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer)
         state = {"model": model_sd, "optim": optim_sd}
-    dcp_save(state, checkpoint_id=str(directory))
-    if not dist.is_initialized() or dist.get_rank() == 0:
+    dcp_save(state, checkpoint_id=str(directory), no_dist=alone)
+    if alone or not dist.is_initialized() or dist.get_rank() == 0:
         meta = {
             "version": trainer.version if version is None else version,
             "fresh_optimizer": fresh,
@@ -48,11 +51,13 @@ def save_state(trainer: Trainer, directory: Path, version: int | None = None) ->
         (Path(directory) / TRAINER_FILE).write_text(json.dumps(meta, indent=1) + "\n")
 
 
-def load_state(trainer: Trainer, directory: Path, *, strict: bool = True) -> int:
+def load_state(
+    trainer: Trainer, directory: Path, *, strict: bool = True, alone: bool = False
+) -> int:
     """Continue from a checkpoint :func:`save_state` wrote, at any width (each process reads
     the parts of the shards it holds now); returns its version. A checkpoint of other
     trainer settings is refused by name (``strict=False``: only the weights and moments
-    are taken). The learning rate stays the trainer's."""
+    are taken). The learning rate stays the trainer's. ``alone``: as :func:`save_state`'s."""
     meta = json.loads((Path(directory) / TRAINER_FILE).read_text())
     if strict:
         mine = json.loads(json.dumps(trainer.settings()))
@@ -63,12 +68,14 @@ def load_state(trainer: Trainer, directory: Path, *, strict: bool = True) -> int
             raise ValueError(f"{directory}: a checkpoint of other trainer settings ({other})")
     if meta.get("fresh_optimizer"):
         model_sd = get_model_state_dict(trainer.model)
-        dcp_load({"model": model_sd}, checkpoint_id=str(directory))
+        dcp_load({"model": model_sd}, checkpoint_id=str(directory), no_dist=alone)
         set_model_state_dict(trainer.model, model_sd)
         trainer.optimizer.state.clear()
     else:
         model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer)
-        dcp_load({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(directory))
+        dcp_load(
+            {"model": model_sd, "optim": optim_sd}, checkpoint_id=str(directory), no_dist=alone
+        )
         set_state_dict(
             trainer.model, trainer.optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd
         )

@@ -87,6 +87,7 @@ class StreamStep:
         weights = {n: v.detach().to("cpu") for n, v in t.model.state_dict().items()}
         path = self.folder / f"step-{step}.pt"
         torch.save(Snapshot(weights, list(samples), t.version, total), path)
+        (self.folder / f"step-{step - 1}.pt").unlink(missing_ok=True)  # its members are done
         self.store.set(self._key(step, "members"), "1")
         self.store.set(self._key(step, "open"), str(path))
         stats = self._work(step, samples, t.version)
@@ -137,11 +138,16 @@ class StreamStep:
         return True
 
     def _join(self, step: int) -> bool:
+        """Join as the prefix's next rank: while an earlier rank has yet to join, wait for
+        it (or for the window to close: then a later step)."""
         key = self._key(step, "members")
         while True:
             cur = self.store.get(key).decode()
-            if cur.startswith(CLOSED) or int(cur) != self.rank:
-                return False  # closed, or not the prefix's next rank: a later step
+            if cur.startswith(CLOSED) or int(cur) > self.rank:
+                return False
+            if int(cur) < self.rank:
+                time.sleep(POLL_S)
+                continue
             want = str(self.rank + 1)
             if self.store.compare_set(key, cur, want).decode() == want:
                 return True

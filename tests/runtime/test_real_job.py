@@ -286,3 +286,42 @@ def test_two_processes_a_unit_train_sharded_with_no_model_on_the_driver(
     assert weights["model.embed_tokens.weight"].shape[0] == 1024  # whole, from the shards
     joins = [e for e in sink.events if e.kind == "role_change" and e.parts.get("reform_s")]
     assert joins, "a unit entering training re-forms the group and says how long it took"
+
+
+def test_a_streaming_run_trains_on_a_core_and_satellites(ray_cluster, model_dir, tmp_path):
+    """``scheduler.streaming``: the world forms once over the 4 units; the units that
+    train are always a prefix of the ranks (core first), each step is the core's with its
+    satellites, and the run resumes from the core's checkpoint."""
+    cfg = _cfg(model_dir, steps=3, scheduler={**BASE["scheduler"], "streaming": True})
+    sink = ListSink()
+    out = run_job(cfg, sink=sink, workdir=tmp_path)
+    assert out["status"] == "succeeded" and out["steps"] == 3
+    roles: dict[int, str] = {}
+    for e in sink.events:
+        if e.kind == "role_change":
+            roles[e.unit] = e.to_role
+            training = sorted(u for u, r in roles.items() if r in ("train", "switching"))
+            assert training == list(range(len(training))) or e.to_role != "train", roles
+    steps = [e.metrics for e in sink.events if e.kind == "step_finished"]
+    assert len(steps) == 3 and all(m["stream_members"] >= 1 for m in steps)
+    assert all(m["stream_micro_steps"] >= m["stream_core_micro_steps"] >= 1 for m in steps)
+    ck = latest_checkpoint(tmp_path / "checkpoints")
+    assert ck is not None and "optim" in read_checkpoint(ck)  # the core's, with its moments
+    more = _cfg(model_dir, steps=4, scheduler={**BASE["scheduler"], "streaming": True})
+    again = run_job(more, sink=ListSink(), workdir=tmp_path, resume=True)
+    assert again["status"] == "succeeded" and again["steps"] == 4
+
+
+def test_a_streaming_run_warm_starts_on_its_core(ray_cluster, model_dir, tmp_path):
+    """The warm start's supervised steps run on the core; RL then goes on from its moments
+    (AdamW's step count 3 + 1) and anchors its KL at the warm-started policy."""
+    scheduler = {**BASE["scheduler"], "streaming": True}
+    warm = {"steps": 3, "demos": 1, "fresh_optimizer": False}
+    cfg = _cfg(model_dir, steps=1, scheduler=scheduler, warm_start=warm, train={"kl_coef": 0.5})
+    sink = ListSink()
+    out = run_job(cfg, sink=sink, workdir=tmp_path)
+    assert out["status"] == "succeeded" and out["warm_start_steps"] == 3
+    ck = read_checkpoint(latest_checkpoint(tmp_path / "checkpoints"))
+    assert {int(s["step"]) for s in ck["optim"]["state"].values()} == {4}
+    (first,) = [e for e in sink.events if e.kind == "step_finished"]
+    assert abs(first.metrics["kl"]) < 1e-6, first.metrics
