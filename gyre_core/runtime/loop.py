@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,7 @@ from gyre_core.scheduler.base import FinishRate, Policy, Snapshot
 from gyre_core.trajectory.failures import step_figures
 from gyre_core.trajectory.format import Rollout
 from gyre_core.trajectory.paths import path_figures
+from gyre_core.trajectory.sample import PackedSample
 from gyre_core.trajectory.tree import PrefixTree
 
 TICK_S = 0.05
@@ -263,6 +264,7 @@ class Loop:
             admit_staleness=self.plan.admit_staleness,
             max_active=self.plan.max_active,
             burst_steps=self.plan.burst_steps,
+            streaming=self.plan.config.scheduler.streaming,
             max_seqs_per_unit=self.max_seqs,
             switch_s=_mean(self.counters.switch_s, 1.0),
             train_tok_s=_rate(self.counters),
@@ -426,8 +428,9 @@ class Loop:
             version = self.trainer.version
             self._drop_stale()
             picked = self._usable()[: self.per_step]
-            if len(picked) < self.per_step:  # the policy starts a step only on a full batch
-                return
+            streams = self.plan.config.scheduler.streaming  # a step opens on whole groups
+            if not picked or (len(picked) < self.per_step and not streams):
+                return  # the policy starts a step only on a full batch (streaming: a group)
             own, chosen = [self.ready[p] for p in picked], set(picked)
             self.ready = [r for p, r in enumerate(self.ready) if p not in chosen]
             extra, record = self.imported(version) if self.imported else ([], [])
@@ -437,8 +440,13 @@ class Loop:
             samples = self.trainer.prepare(batch, version, trees)
             replicas = [s for s in self.units if s.role == TRAIN and not s.dead]
             self.step_units = {r.id for r in replicas}
+            opened = len(own)  # the rollouts the step opened on
             try:
-                metrics = await self.trainer.step(samples, version)
+                if opened < self.per_step:  # the rest is fed as its groups finish
+                    more = self._feed(version, own, batch, trees, samples)
+                    metrics = await self.trainer.step(samples, version, more)
+                else:
+                    metrics = await self.trainer.step(samples, version)
             except UnitsLost as lost:
                 for name in lost.names:  # its node is gone: it leaves the pool, the step
                     self.mark_dead(name)  # runs again on the units left
@@ -459,6 +467,8 @@ class Loop:
             metrics.update(
                 train_s=train_s, dp_width=float(width), weight_sync_s=time.perf_counter() - t1
             )
+            if streams:
+                metrics["stream_opened_on"] = float(opened)  # rollouts of the step's batch
             metrics.update(path_figures(trees.values()))  # paths and tokens taken of stored
             metrics.update(step_figures(batch, trees, self.trainer.cfg.train.max_tokens))
             if batches.grouped(self.plan):
@@ -469,6 +479,32 @@ class Loop:
         finally:
             self.training = False
             self.step_units = set()
+
+    async def _feed(
+        self,
+        version: int,
+        own: list[Rollout],
+        batch: list[Rollout],
+        trees: dict[str, PrefixTree],
+        samples: list[PackedSample],
+    ) -> AsyncIterator[list[PackedSample]]:
+        """A streaming step's micro-steps after its first: the groups that become
+        trainable while it runs, until its batch is whole (``own``, ``batch``, ``trees``
+        and ``samples`` take them too, for the step's figures)."""
+        while len(own) < self.per_step:
+            await asyncio.sleep(TICK_S)
+            picked = self._usable()[: self.per_step - len(own)]
+            if not picked:
+                continue
+            new, chosen = [self.ready[p] for p in picked], set(picked)
+            self.ready = [r for p, r in enumerate(self.ready) if p not in chosen]
+            more = self.trainer.weigh(new, version)
+            chunk = self.trainer.prepare(new, version, more)
+            own += new
+            batch += new
+            trees.update(more)
+            samples += chunk
+            yield chunk
 
     async def _publish(self) -> None:
         """The new weights to every live rollout unit at once. A unit whose actor died leaves

@@ -246,8 +246,17 @@ class UnitActor:
     # scheduler.streaming (train/stream_member.py): the core leads a step, satellites serve
     # it (a late one joins it in progress); a unit out of the train role is parked.
 
-    async def stream_lead(self, step: int, samples: list[Any], version: int) -> dict[str, float]:
-        return await asyncio.to_thread(self._member().lead, step, samples, version)
+    async def stream_open(self, step: int, samples: list[Any], version: int) -> None:
+        await asyncio.to_thread(self._member().open, step, samples, version)
+
+    async def stream_feed(self, step: int, samples: list[Any]) -> None:
+        await asyncio.to_thread(self._member().feed, step, samples)
+
+    async def stream_seal(self, step: int, total: float) -> None:
+        self._member().seal(step, total)
+
+    async def stream_finish(self, step: int) -> dict[str, float]:
+        return await asyncio.to_thread(self._member().finish, step)
 
     async def stream_serve(self, step: int) -> dict[str, float]:
         return await asyncio.to_thread(self._member().serve, step)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -136,13 +136,19 @@ class StreamGroup(TrainGroup):
 
     # ------------------------------------------------------------------ work
 
-    async def step(self, samples: list[PackedSample], version: int) -> dict[str, float]:
-        """One streaming step: the core leads it, the satellites in the train role serve
-        it, units entering meanwhile join it (``members``: how many took part)."""
+    async def step(
+        self,
+        samples: list[PackedSample],
+        version: int,
+        more: AsyncIterator[list[PackedSample]] | None = None,
+    ) -> dict[str, float]:
+        """One streaming step made at ``version``: the core opens it on ``samples``, takes
+        the micro-steps ``more`` yields while it runs (the groups that finish meanwhile),
+        and updates once ``more`` ends; the satellites in the train role serve it, units
+        entering meanwhile join it. ``stream_members``: how many took part."""
         async with self.lock:
             await self._reform()
-            total = count_fresh(samples, version, self.staleness_bound)
-            if total == 0:
+            if more is None and count_fresh(samples, version, self.staleness_bound) == 0:
                 self.version += 1
                 return self.plan.skipped(samples, version)
             if self.core.id not in {s.id for s in self.members}:
@@ -151,11 +157,18 @@ class StreamGroup(TrainGroup):
                     "optimizer state) is not in the train role"
                 )
             step, self.led = self.led, self.led + 1
+            core = self.core.procs[0]
+            await core.stream_open.remote(step, samples, version)
             self.open = step
             try:
+                finish = core.stream_finish.remote(step)
                 sats = [s.procs[0].stream_serve.remote(step) for s in self.members[1:]]
-                lead = self.core.procs[0].stream_lead.remote(step, samples, version)
-                out, *served = await asyncio.gather(lead, *sats)
+                fed = list(samples)
+                async for chunk in more or _nothing():
+                    await core.stream_feed.remote(step, chunk)
+                    fed += chunk
+                await core.stream_seal.remote(step, count_fresh(fed, version, self.staleness_bound))
+                out, *served = await asyncio.gather(finish, *sats)
             finally:
                 self.open = None
             while self.late:
@@ -164,7 +177,7 @@ class StreamGroup(TrainGroup):
             figures = {
                 "stream_members": out.pop("members"),  # ranks that took part, the core's too
                 "stream_core_micro_steps": out.pop("claimed"),  # of the step's micro-steps
-                "stream_micro_steps": float(len(samples)),
+                "stream_micro_steps": float(len(fed)),
                 "stream_joined": float(sum(1 for s in served if s["took"])),  # the core's peers
             }
             return {**out, **figures, "version": float(self.version)}
@@ -204,3 +217,8 @@ def prefix_targets(targets: Mapping[int, str], current: Sequence[str]) -> dict[i
         if role != current[u]:
             out[u] = role
     return out
+
+
+async def _nothing() -> AsyncIterator[list[PackedSample]]:
+    return
+    yield  # an async generator that yields nothing

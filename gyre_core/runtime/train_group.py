@@ -29,7 +29,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -241,9 +241,17 @@ class TrainGroup:
 
     # ------------------------------------------------------------------ work
 
-    async def step(self, samples: list[PackedSample], version: int) -> dict[str, float]:
+    async def step(
+        self,
+        samples: list[PackedSample],
+        version: int,
+        more: AsyncIterator[list[PackedSample]] | None = None,
+    ) -> dict[str, float]:
         """One RL step of the group on ``samples`` (made at ``version``); a batch with no
-        fresh token leaves the weights alone (``skipped``). The version advances."""
+        fresh token leaves the weights alone (``skipped``). The version advances. ``more``
+        (micro-steps fed while the step runs) is a streaming group's alone."""
+        if more is not None:
+            raise ValueError("a sharded group trains whole batches: scheduler.streaming feeds")
         async with self.lock:
             await self._reform()  # units found dead since the last change have left
             total = count_fresh(samples, version, self.staleness_bound)

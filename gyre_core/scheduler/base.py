@@ -42,7 +42,7 @@ class Snapshot:
     # boundary dispatch: rollouts are released in bursts of this many steps' batches, the
     # next burst only once every rollout of the last has ended (0: continuous admission)
     burst_steps: int = 0
-    # streaming training (the simulator's ``--streaming``; the runtime does not stream yet):
+    # streaming training (the simulator's ``--streaming``, the runtime's scheduler.streaming):
     # a step may open on the first whole groups ready and take the rest as they finish
     streaming: bool = False
     # What lending the training units to rollout between steps reads (elastic.py); the

@@ -38,7 +38,8 @@ class SchedulerConfig:
     )
     streaming: bool = config_field(
         False,
-        "train in streaming steps (the paper's cells): the first unit holds the optimizer "
+        "train in streaming steps (the paper's cells): a step opens on the first whole "
+        "group ready and takes the rest as they finish; the first unit holds the optimizer "
         "state, the others weights only; every training unit claims micro-steps, and one "
         "that enters training while a step runs joins it (needs cluster.gpus_per_unit 1)",
     )

@@ -193,23 +193,38 @@ class StreamMember:
 
     # ------------------------------------------------------------------ steps
 
-    def lead(self, step: int, samples: list[PackedSample], version: int) -> dict[str, float]:
-        """The core's step ``step`` on ``samples`` made at ``version``."""
+    def open(self, step: int, samples: list[PackedSample], version: int) -> None:
+        """The core opens step ``step`` on its first micro-steps, made at ``version``."""
         if not self.core or self.stream is None:
             raise RuntimeError(f"rank {self.rank} is not the core of a streaming world")
         self.unpark()
         self._trainer().version = version  # a skipped step moved the run on without us
-        out = self.stream.lead(step, samples)
-        return {**out, "skipped": 0.0, "claimed": float(len(self.stream.claimed))}
+        self.stream.open(step, samples)
+
+    def feed(self, step: int, samples: list[PackedSample]) -> None:
+        self._stream().feed(step, samples)
+
+    def seal(self, step: int, total: float) -> None:
+        self._stream().seal(step, total)
+
+    def finish(self, step: int) -> dict[str, float]:
+        """The core's work on step ``step`` and its update (once sealed)."""
+        stream = self._stream()
+        out = stream.finish(step)
+        return {**out, "skipped": out.get("skipped", 0.0), "claimed": float(len(stream.claimed))}
+
+    def _stream(self) -> StreamStep:
+        if self.stream is None:
+            raise RuntimeError(f"rank {self.rank} is not in a streaming world")
+        return self.stream
 
     def serve(self, step: int) -> dict[str, float]:
         """A satellite's part in step ``step`` (joined in progress when it is late):
         ``took`` whether it joined, ``claimed`` the micro-steps it ran."""
-        if self.stream is None:
-            raise RuntimeError(f"rank {self.rank} is not in a streaming world")
+        stream = self._stream()
         self.unpark()
-        took = self.stream.serve(step)
-        return {"took": float(took), "claimed": float(len(self.stream.claimed) if took else 0)}
+        took = stream.serve(step)
+        return {"took": float(took), "claimed": float(len(stream.claimed) if took else 0)}
 
     def sft(
         self, mine: list[PackedSample], rounds: int, targets: int, lr: float

@@ -292,7 +292,9 @@ def test_a_streaming_run_trains_on_a_core_and_satellites(ray_cluster, model_dir,
     """``scheduler.streaming``: the world forms once over the 4 units; the units that
     train are always a prefix of the ranks (core first), each step is the core's with its
     satellites, and the run resumes from the core's checkpoint."""
-    cfg = _cfg(model_dir, steps=3, scheduler={**BASE["scheduler"], "streaming": True})
+    scheduler = {**BASE["scheduler"], "streaming": True}
+    rollout = {**BASE["rollout"], "tasks_per_step": 4}  # 4 groups: a step opens on the first
+    cfg = _cfg(model_dir, steps=3, scheduler=scheduler, rollout=rollout)
     sink = ListSink()
     out = run_job(cfg, sink=sink, workdir=tmp_path)
     assert out["status"] == "succeeded" and out["steps"] == 3
@@ -304,10 +306,12 @@ def test_a_streaming_run_trains_on_a_core_and_satellites(ray_cluster, model_dir,
             assert training == list(range(len(training))) or e.to_role != "train", roles
     steps = [e.metrics for e in sink.events if e.kind == "step_finished"]
     assert len(steps) == 3 and all(m["stream_members"] >= 1 for m in steps)
-    assert all(m["stream_micro_steps"] >= m["stream_core_micro_steps"] >= 1 for m in steps)
+    assert all(m["stream_micro_steps"] >= m["stream_core_micro_steps"] for m in steps)
+    assert all(2 <= m["stream_opened_on"] <= 8 for m in steps)  # at least a whole group
+    print("opened on", [m["stream_opened_on"] for m in steps])
     ck = latest_checkpoint(tmp_path / "checkpoints")
     assert ck is not None and "optim" in read_checkpoint(ck)  # the core's, with its moments
-    more = _cfg(model_dir, steps=4, scheduler={**BASE["scheduler"], "streaming": True})
+    more = _cfg(model_dir, steps=4, scheduler=scheduler, rollout=rollout)
     again = run_job(more, sink=ListSink(), workdir=tmp_path, resume=True)
     assert again["status"] == "succeeded" and again["steps"] == 4
 

@@ -5,7 +5,8 @@ and unpark, nothing re-forms.
 Three steps end with the plain single-process trainer's parameters (1e-5 relative) whether
 the satellite trains from a step's start, never trains, or enters training while the core
 is in its step and joins it (after the core's second micro-step: read from the claim store
-itself). The core's optimizer state goes to host memory when it leaves training and comes
+itself), and when each step opens on its first four micro-steps and takes the rest as they
+are fed (the groups that finish while it runs). The core's optimizer state goes to host memory when it leaves training and comes
 back when it returns; the satellite never holds any. A checkpoint of the core, read by a
 new world, gives its weights back exactly."""
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from tests.train.test_trainer import sample_rollouts, tiny_model
 
 pytestmark = pytest.mark.slow
 GROUPS = 24  # micro-steps a step (max_tokens 64: a group each), enough to join in progress
+FED = -1  # in a step's units: it opens on its first micro-steps, the rest fed as it runs
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +76,14 @@ async def _done(group: StreamGroup, step: int, at_least: int) -> int:
     return done
 
 
+async def _chunks(samples: list[Any]) -> AsyncIterator[list[Any]]:
+    """The micro-steps after a step's first four, four at a time, as groups that finish
+    while it runs would come."""
+    for i in range(4, len(samples), 4):
+        await asyncio.sleep(0.05)
+        yield samples[i : i + 4]
+
+
 async def _run(cfg: RunConfig, workdir: Path, plan: list[tuple[list[int], list[int]]]) -> Any:
     """A step for each ``(units at its start, units entering while it runs)`` of ``plan``;
     the core leaves training after the first step and comes back. The final weights, each
@@ -84,9 +95,14 @@ async def _run(cfg: RunConfig, workdir: Path, plan: list[tuple[list[int], list[i
     try:
         await group.attach(slots)
         for i, (units, late) in enumerate(plan):
-            await group.resize([slots[u] for u in units])
+            await group.resize([slots[u] for u in units if u != FED])
             v = group.version
-            task = asyncio.ensure_future(group.step(group.prepare(_batch(v), v), v))
+            samples = group.prepare(_batch(v), v)
+            if FED in units:  # the step opens on four micro-steps, the rest fed meanwhile
+                step = group.step(samples[:4], v, _chunks(samples))
+            else:
+                step = group.step(samples, v)
+            task = asyncio.ensure_future(step)
             for u in late:
                 seen.append(await _done(group, i, 2))
                 await group.join(slots[u])
@@ -121,6 +137,7 @@ def test_streaming_steps_equal_the_plain_trainer_whoever_joins(ray_cluster, tmp_
         "satellite from the start": [([0, 1], [])] * 3,
         "core alone": [([0], [])] * 3,
         "joins in progress": [([0], [1]), ([0, 1], []), ([0], [1])],
+        "fed as it runs": [([0, 1, FED], []), ([0, FED], [1]), ([0, FED], [])],
     }
     for name, plan in runs.items():
         t0 = time.perf_counter()
@@ -129,7 +146,9 @@ def test_streaming_steps_equal_the_plain_trainer_whoever_joins(ray_cluster, tmp_
         assert worst < 1e-5, f"{name}: parameters differ by {worst:.2e} relative"
         assert all(torch.equal(back[k], v) for k, v in got.items()), "checkpoint round trip"
         members = [m["stream_members"] for m in metrics]
-        assert members == [float(len(u) + len(late)) for u, late in plan], (name, members)
+        width = [float(len([x for x in u if x != FED]) + len(late)) for u, late in plan]
+        assert members == width, (name, members)
+        assert all(m["stream_micro_steps"] == GROUPS for m in metrics)
         assert [m["version"] for m in metrics] == [1.0, 2.0, 3.0]
         core, sat = zip(*((h[0], h[1]) for h in held), strict=True)
         assert all(s["optimizer_state"] == 0 and s["host_state"] == 0 for s in sat)

@@ -1,11 +1,14 @@
 """Streaming steps for real: two processes joined by gloo, the core (rank 0) with the
 optimizer state, a weight-only satellite (rank 1) that claims micro-steps. Two steps on a
 fixed batch end with the plain trainer's parameters (1e-5 relative) whether the satellite
-never takes part, joins step 1 in progress, or leaves after step 1; the core's AdamW state
-goes to host memory and back between the steps bit for bit."""
+never takes part, joins step 1 in progress, leaves after step 1, or works with the core on
+steps opened on two micro-steps and fed the rest one at a time by another thread (as
+groups finish); the core's AdamW state goes to host memory and back between the steps bit
+for bit."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from gyre_core.train.config import TrainConfig
+from gyre_core.train.losses import count_fresh
 from gyre_core.train.streaming import (
     StreamStep,
     offload_optimizer,
@@ -53,6 +57,9 @@ def _process(rank: int, port: int, folder: str, mode: str) -> None:
             claimed = stream.claimed  # what it ran of step 1, joined in progress
             took.append(stream.serve(1))
             _satellite_report(trainer, folder, took, claimed)
+        elif mode == "fed":  # both steps, from their start, as their micro-steps come
+            took = [stream.serve(0), stream.serve(1)]
+            _satellite_report(trainer, folder, took, stream.claimed)
         elif mode == "leave":  # step 1 only
             _satellite_report(trainer, folder, [stream.serve(0)], stream.claimed)
         dist.barrier()
@@ -72,7 +79,8 @@ def _core(trainer: Any, stream: StreamStep, folder: str, mode: str) -> None:
     metrics, exact = [], True
     for step in range(STEPS):
         samples = trainer.prepare(_batch(), trainer.version)
-        metrics.append(stream.lead(step, samples))
+        metrics.append(_fed(trainer, stream, step, samples) if mode == "fed" else
+                       stream.lead(step, samples))  # fmt: skip
         if step == 0:  # serve rollouts between the steps: the state to host and back
             before = {i: dict(s) for i, s in enumerate(trainer.optimizer.state.values())}
             host = offload_optimizer(trainer)
@@ -92,6 +100,24 @@ def _core(trainer: Any, stream: StreamStep, folder: str, mode: str) -> None:
     torch.save({"params": params, "metrics": metrics, "exact": exact}, Path(folder) / "core.pt")
 
 
+def _fed(trainer: Any, stream: StreamStep, step: int, samples: list) -> dict:  # type: ignore[type-arg]
+    """The step opened on its first two micro-steps, the others fed one at a time by
+    another thread (as groups finish), then sealed; the core works meanwhile."""
+
+    def feed() -> None:
+        for sample in samples[2:]:
+            time.sleep(SLOW_S)
+            stream.feed(step, [sample])
+        stream.seal(step, count_fresh(samples, trainer.version, trainer.staleness_bound))
+
+    stream.open(step, samples[:2])
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    out = stream.finish(step)
+    feeder.join()
+    return out
+
+
 def _satellite_report(trainer: Any, folder: str, took: list[bool], claimed: list[int]) -> None:
     report = {"took": took, "optimizer_state": len(trainer.optimizer.state), "claimed": claimed}
     torch.save(report, Path(folder) / "satellite.pt")
@@ -106,7 +132,7 @@ def _run(tmp_path: Path, mode: str) -> tuple[dict, dict | None]:  # type: ignore
     return torch.load(folder / "core.pt"), torch.load(sat) if sat.exists() else None
 
 
-@pytest.mark.parametrize("mode", ["alone", "join", "leave"])
+@pytest.mark.parametrize("mode", ["alone", "join", "leave", "fed"])
 def test_a_streamed_step_equals_the_plain_step_whoever_joins(tmp_path: Path, mode: str) -> None:
     plain = _trainer()
     want_metrics = [plain.step(_batch()) for _ in range(STEPS)]
@@ -127,5 +153,8 @@ def test_a_streamed_step_equals_the_plain_step_whoever_joins(tmp_path: Path, mod
     if mode == "join":  # it joined after the core's first two micro-steps and took some
         assert members == [2.0, 2.0] and sat["took"] == [True, True]
         assert sat["claimed"] and min(sat["claimed"]) >= 2
+    elif mode == "fed":  # both worked on micro-steps fed after the step opened
+        assert members == [2.0, 2.0] and sat["took"] == [True, True]
+        assert sat["claimed"] and max(sat["claimed"]) >= 2
     else:
         assert members == [2.0, 1.0] and sat["took"] == [True] and sat["claimed"]
