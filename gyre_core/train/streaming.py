@@ -43,6 +43,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from gyre_core.train.collectives import adamw_step
 from gyre_core.train.losses import LossStats, count_fresh
 from gyre_core.train.trainer import Trainer
 from gyre_core.trajectory.sample import PackedSample
@@ -283,10 +284,14 @@ def offload_optimizer(trainer: Trainer) -> dict[int, dict[str, Any]]:
 
 
 def restore_optimizer(trainer: Trainer, host: dict[int, dict[str, Any]]) -> None:
-    """Put the state :func:`offload_optimizer` took back on the training device."""
+    """Put the state :func:`offload_optimizer` took back where AdamW keeps it: the moments
+    on the parameter's device, the ``step`` count where AdamW itself puts it (the host
+    unless the optimizer is fused or capturable: ``collectives.adamw_step``)."""
+    options = trainer.optimizer.defaults
     for i, (_, p) in enumerate(trainer.params):
         if i in host:
+            step_on = adamw_step(p, options).device
             trainer.optimizer.state[p] = {
-                k: v.to(p.device) if isinstance(v, torch.Tensor) and k != "step" else v
+                k: v.to(step_on if k == "step" else p.device) if isinstance(v, torch.Tensor) else v
                 for k, v in host[i].items()
             }
