@@ -119,6 +119,10 @@ class LoopStart:
     imported: Imported | None = None
 
 
+class StepDropped(Exception):
+    """A streaming step left open when the run ended (its groups will not come)."""
+
+
 class Loop:
     """One run's state and the actions the policy asks for (see the module docstring).
     ``plan`` holds every value the loop takes from the run's config."""
@@ -149,6 +153,7 @@ class Loop:
         )
         self.sessions: dict[int, asyncio.Task[Rollout]] = {}
         self.training = False
+        self.stopping = False  # the run is over (settle): an open streaming step is dropped
         self.step_units: set[int] = set()  # units computing the running step's gradients
         self.counters = Counters()
         self.max_seqs = MAX_SEQS  # a unit engine's batch cap: the policy sizes rollout by it
@@ -225,7 +230,7 @@ class Loop:
 
         def done(t: asyncio.Task[Any]) -> None:
             self.background.discard(t)
-            if not t.cancelled() and t.exception() is not None:
+            if not t.cancelled() and not isinstance(t.exception(), StepDropped | None):
                 self.errors.append(t.exception())  # type: ignore[arg-type]
 
         task.add_done_callback(done)
@@ -493,6 +498,8 @@ class Loop:
         and ``samples`` take them too, for the step's figures)."""
         while len(own) < self.per_step:
             await asyncio.sleep(TICK_S)
+            if self.stopping:  # the run is over: no group will come, the step is dropped
+                raise StepDropped("the run ended with a streaming step open")
             picked = self._usable()[: self.per_step - len(own)]
             if not picked:
                 continue
@@ -542,7 +549,9 @@ class Loop:
         self.published = version
 
     async def settle(self) -> None:
-        """Wait for switches in flight; cancel sessions still running (the run is over)."""
+        """Wait for switches in flight; cancel sessions still running (the run is over);
+        a streaming step still waiting for its groups is dropped."""
+        self.stopping = True
         for task in list(self.sessions.values()):
             task.cancel()
         await asyncio.gather(*self.sessions.values(), return_exceptions=True)

@@ -329,3 +329,24 @@ def test_a_streaming_run_warm_starts_on_its_core(ray_cluster, model_dir, tmp_pat
     assert {int(s["step"]) for s in ck["optim"]["state"].values()} == {4}
     (first,) = [e for e in sink.events if e.kind == "step_finished"]
     assert abs(first.metrics["kl"]) < 1e-6, first.metrics
+
+
+def test_a_streaming_run_cancelled_with_a_step_open_stops(ray_cluster, model_dir, tmp_path):
+    """Cancelled once its first group is in: a step open on it, waiting for the other
+    three, is dropped (the run stops at once, no step is recorded for it)."""
+    stop = threading.Event()
+    sink = ListSink()
+
+    class Watch:
+        def emit(self, e):
+            sink.emit(e)
+            done = sum(1 for x in sink.events if x.kind == "rollout_finished")
+            if done >= 2:
+                stop.set()
+
+    scheduler = {**BASE["scheduler"], "streaming": True}
+    rollout = {**BASE["rollout"], "tasks_per_step": 4}
+    cfg = _cfg(model_dir, steps=3, scheduler=scheduler, rollout=rollout)
+    out = run_job(cfg, sink=Watch(), workdir=tmp_path, should_stop=stop.is_set)
+    assert out["status"] == "cancelled" and out["steps"] == 0
+    assert not [e for e in sink.events if e.kind == "step_finished"]
