@@ -22,6 +22,9 @@ prints its error and the tail of its traceback, and the next section runs) and t
 * ``tree_vs_linear.<shape>``: forward and backward over the ``agentic`` preset tree-packed
   against per-branch linear sequences; goal: a speedup of at least 0.8 x the ratio of
   their token counts.
+* ``streaming.<shape>``: the streaming core on the device (``gpu_suite_streaming.py``): a
+  step fed as it runs against the plain step, and the optimizer state parked in pinned
+  host memory and back, bit for bit and where AdamW keeps it.
 
 A markdown table of the sections goes to stderr at the end (for docs/benchmarks.md). The
 exit code is 0 when every section passed.
@@ -62,12 +65,13 @@ from benchmarks.gpu_suite_sections import (
     train_step,
     tree_vs_linear,
 )
+from benchmarks.gpu_suite_streaming import streaming_core
 
 Section = tuple[str, Callable[[], dict[str, Any]]]
 SUMMARY_KEYS = (
     "tokens_per_s", "mfu", "mfu_6n", "peak_mem_gib", "loss_bf16", "loss_fp32", "rel_diff",
     "median_s", "bytes_bf16", "gb_per_s", "dedup_ratio", "speedup", "speedup_over_dedup",
-    "error",
+    "stream_s", "plain_s", "offload_s", "restore_s", "error",
 )  # fmt: skip
 
 
@@ -123,6 +127,7 @@ def build_sections(ctx: Context, shapes: list[str]) -> list[Section]:
     out.append((f"precision.{first}", partial(precision_agreement, ctx, first)))
     out.append((f"handover.{last}", partial(weight_handover, ctx, last)))
     out.append((f"tree_vs_linear.{first}", partial(tree_vs_linear, ctx, first)))
+    out.append((f"streaming.{first}", partial(streaming_core, ctx, first)))
     return out
 
 

@@ -31,7 +31,7 @@ sys.meta_path.insert(0, Blocker())
 """
 SECTIONS = [
     "env", "train.tiny.dense", "train.tiny.sparse", "precision.tiny", "handover.tiny",
-    "tree_vs_linear.tiny",
+    "tree_vs_linear.tiny", "streaming.tiny",
 ]  # fmt: skip
 
 
@@ -52,6 +52,7 @@ def test_the_suite_imports_without_ray_vllm_django_or_celery(tmp_path: Path) -> 
     code = (
         "import sys\n"
         "import benchmarks.gpu_suite, benchmarks.gpu_suite_sections, benchmarks.gpu_suite_handover\n"
+        "import benchmarks.gpu_suite_streaming\n"
         f"print([m for m in {BLOCKED!r} if m in sys.modules])\n"
     )
     # Where they are installed (Ray and Django are here), none of them is imported ...
@@ -86,6 +87,9 @@ def test_the_quick_suite_runs_every_section_on_the_cpu(tmp_path: Path) -> None:
     assert by["handover.tiny"]["equal"] and by["handover.tiny"]["buckets"] > 1
     tvl = by["tree_vs_linear.tiny"]
     assert tvl["linear_tokens"] > tvl["tree_tokens"] > 0 and tvl["speedup"] > 0
+    stream = by["streaming.tiny"]
+    assert stream["rel_diff"] < 1e-5 and stream["exact"] and stream["placed"]
+    assert stream["micro_steps"] > 1 and stream["pinned"] is None  # nothing pinned on the CPU
     assert "| tree_vs_linear.tiny | yes |" in out.stderr  # the markdown summary
 
 
