@@ -8,17 +8,18 @@ switch forms nothing: a unit that leaves training is parked (the core's AdamW st
 host memory), one that enters is unparked, and one that enters while a step runs serves
 that step at once, joining it if its window is still open and every lower rank has joined
 (the units that train are a prefix of the ranks: the loop gives the train role to the
-lowest live ranks, core first). A step waits for no switch.
+lowest live ranks, core first). A step waits for no switch, and not for its whole
+batch: it opens on the first groups the loop hands it and takes the others as the loop
+feeds them (:meth:`StreamGroup.step`'s ``more``).
 
 What it does not do yet: a unit lost mid-run ends the run (the world is not re-formed
-around it; a resume continues from the last checkpoint), and the step starts on a whole
-batch (opening it on the first groups ready, as the simulator's ``--streaming`` does, is
-not in the runtime).
+around it; a resume continues from the last checkpoint).
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
@@ -59,6 +60,7 @@ class StreamGroup(TrainGroup):
             raise ValueError("scheduler.streaming needs cluster.gpus_per_unit 1")
         async with self.lock:
             self.slots = list(slots)
+            await asyncio.to_thread(shutil.rmtree, self.folder, True)  # an earlier run's steps
             address, port = await self.core.procs[0].rendezvous.remote()
             key = f"gyre-{uuid.uuid4().hex}/"
             src = self.source
